@@ -1,0 +1,237 @@
+"""The exceptions asyncsearch raises; every one of them derives from ``AsyncSearchError``.
+
+::
+
+    AsyncSearchError                    base; ``.attempts`` once requests were made
+    ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
+    │   └── APITimeoutError             connect, read or total timeout of an attempt
+    ├── APIStatusError                  the service answered with a non-2xx status
+    │   ├── BadRequestError             400
+    │   ├── AuthenticationError         401
+    │   ├── PermissionDeniedError       403
+    │   ├── NotFoundError               404
+    │   ├── ConflictError               409
+    │   ├── UnprocessableEntityError    422
+    │   ├── RateLimitError              429 (``.retry_after``)
+    │   └── InternalServerError         >= 500
+    ├── ResponseValidationError         a 2xx body that does not fit the model (``.path``, ``.body``)
+    ├── ResponseTooLargeError           a body past ``max_response_bytes``
+    ├── InvalidRequestError             bad arguments, raised before anything is sent (also ValueError)
+    ├── ConfigurationError              bad client options (also ValueError)
+    ├── ClientClosedError               the client was closed, or used from another event loop
+    │                                   (also RuntimeError)
+    └── WaitTimeoutError                ``wait_for_extraction`` ran out of time (also TimeoutError)
+
+No message, ``str()`` or ``repr()`` of these ever contains the API key: the key travels in a header,
+headers are never copied into errors, and URLs are stripped of any user info.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncSearchError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ClientClosedError",
+    "ConfigurationError",
+    "ConflictError",
+    "InternalServerError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "ResponseTooLargeError",
+    "ResponseValidationError",
+    "UnprocessableEntityError",
+    "WaitTimeoutError",
+]
+
+
+class AsyncSearchError(Exception):
+    """Base class of every error raised by asyncsearch.
+
+    ``attempts`` is the number of HTTP attempts made before the error was raised, or ``None``
+    when the error came before any request (bad arguments, bad options, closed client).
+    """
+
+    attempts: int | None
+
+    def __init__(self, message: str, *, attempts: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        if self.attempts is not None and self.attempts > 1:
+            return f"{self.message} (after {self.attempts} attempts)"
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+class APIConnectionError(AsyncSearchError):
+    """No usable HTTP answer: the connection was refused, reset or cut, or TLS failed.
+
+    ``retryable`` is False for failures that a retry cannot fix, such as a TLS certificate that
+    does not verify.
+    """
+
+    def __init__(
+        self,
+        message: str = "connection error",
+        *,
+        attempts: int | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message, attempts=attempts)
+        self.retryable = retryable
+
+
+class APITimeoutError(APIConnectionError):
+    """An attempt ran past its connect, read or total timeout."""
+
+    def __init__(self, message: str = "request timed out", *, attempts: int | None = None) -> None:
+        super().__init__(message, attempts=attempts, retryable=True)
+
+
+class APIStatusError(AsyncSearchError):
+    """The service answered with a status that is not a success.
+
+    ``body`` is the decoded JSON error body when there was one, else the body's text
+    (cut to a few kilobytes), else ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        headers: Mapping[str, str],
+        body: Any,
+        method: str,
+        url: str,
+        attempts: int | None = None,
+    ) -> None:
+        super().__init__(message, attempts=attempts)
+        self.status_code = status_code
+        self.headers = headers
+        self.body = body
+        self.method = method
+        self.url = url
+
+
+class BadRequestError(APIStatusError):
+    """400: the service refused the request as malformed."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: the API key is missing or not valid."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: the key may not do this."""
+
+
+class NotFoundError(APIStatusError):
+    """404: the extraction job or webhook log does not exist."""
+
+
+class ConflictError(APIStatusError):
+    """409: the request conflicts with the current state."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422: the request was well formed but its values were refused."""
+
+
+class RateLimitError(APIStatusError):
+    """429: too many requests.
+
+    ``retry_after`` is the delay in seconds the service asked for, or ``None`` when it gave
+    none (or gave one that could not be read).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        headers: Mapping[str, str],
+        body: Any,
+        method: str,
+        url: str,
+        attempts: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            status_code=status_code,
+            headers=headers,
+            body=body,
+            method=method,
+            url=url,
+            attempts=attempts,
+        )
+        self.retry_after = retry_after
+
+
+class InternalServerError(APIStatusError):
+    """A status of 500 or above: the service failed."""
+
+
+class ResponseValidationError(AsyncSearchError):
+    """A success response whose body does not fit the expected shape.
+
+    ``path`` names where it went wrong as a JSON path (``$.hits[3].score``), or ``None`` when the
+    body was not JSON at all; ``body`` keeps the raw bytes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None,
+        body: bytes,
+        attempts: int | None = None,
+    ) -> None:
+        super().__init__(message, attempts=attempts)
+        self.path = path
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r}, path={self.path!r})"
+
+
+class ResponseTooLargeError(AsyncSearchError):
+    """A response body (after decompression) was larger than ``max_response_bytes``."""
+
+    def __init__(self, message: str, *, limit: int, attempts: int | None = None) -> None:
+        super().__init__(message, attempts=attempts)
+        self.limit = limit
+
+
+class InvalidRequestError(AsyncSearchError, ValueError):
+    """An argument is not valid; raised before anything is sent. The message names it."""
+
+
+class ConfigurationError(AsyncSearchError, ValueError):
+    """A client option is missing or not valid."""
+
+
+class ClientClosedError(AsyncSearchError, RuntimeError):
+    """The client was closed, or it is used from an event loop other than its session's."""
+
+
+class WaitTimeoutError(AsyncSearchError, TimeoutError):
+    """Waiting for an extraction job ran out of time; ``job`` is the last state seen."""
+
+    def __init__(self, message: str, *, job: Any = None, attempts: int | None = None) -> None:
+        super().__init__(message, attempts=attempts)
+        self.job = job

@@ -1,0 +1,604 @@
+"""msgspec Structs of the service's wire format: responses (spec 2.1 to 2.4) and search requests (4.1).
+
+Python names are snake_case, wire names camelCase. ``msgspec.json.decode(body, type=SearchPage)``
+gives exactly what ``AsyncSearchClient.search`` returns, and ``msgspec.json.encode(model)`` gives the
+wire form back.
+
+Decoding rules, so that one odd field never fails a whole page:
+
+- ``id`` fields and the paging fields (``total``, ``hasMore``) are required;
+- every other field has a default: ``None`` for scalars and objects, an empty list for arrays
+  (a ``null`` array also reads as an empty list);
+- unknown fields are ignored; enumerated fields whose value sets the spec does not show
+  (kind, state, status, type, ...) are plain ``str``;
+- a value of the wrong type still fails (the client raises ``ResponseValidationError``);
+- timestamps the spec documents as ISO 8601 decode to ``datetime``; the others stay ``str``.
+
+Response Structs are declared with ``gc=False``: they hold acyclic data, and keeping them out of
+the garbage collector makes decoding a 1000-hit page measurably faster. Do not build reference
+cycles through them.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import msgspec
+
+__all__ = [
+    "Agent",
+    "AnonymousIdentity",
+    "Chat",
+    "CommentPinned",
+    "DocumentAttributes",
+    "DocumentPreview",
+    "DominantColor",
+    "Embeddings",
+    "Extraction",
+    "ExtractionCommon",
+    "ExtractionDocument",
+    "ExtractionJob",
+    "ExtractionMedia",
+    "ExtractionWeb",
+    "FileLink",
+    "Folder",
+    "ImageDescriptor",
+    "JobLinks",
+    "Label",
+    "LinkPreview",
+    "MediaColor",
+    "MediaDevice",
+    "MediaLocation",
+    "Pagination",
+    "Parent",
+    "PdfRender",
+    "PublishedAncestor",
+    "ResourceAttributes",
+    "ResourceData",
+    "Root",
+    "SearchChunk",
+    "SearchFilters",
+    "SearchHit",
+    "SearchPage",
+    "SearchQuery",
+    "SearchRequest",
+    "Size",
+    "Sort",
+    "Tag",
+    "Thumbnail",
+    "User",
+    "WebhookLog",
+    "WebhookLogList",
+    "WebhookLogSummary",
+]
+
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    # Type checkers see a plain list: after decoding it always is one (see ``_Wire``).
+    List = list[_T]
+else:
+    # At run time a wire ``null`` must decode too; ``_Wire.__post_init__`` turns it into [].
+    from typing import Optional
+
+    List = Optional[list[_T]]  # noqa: UP045 - a generic alias needs the subscriptable form
+
+#: A number the spec leaves untyped (``size``, ``width``, ...): integers stay ``int``.
+Number = int | float
+
+
+class _Wire(msgspec.Struct, rename="camel", kw_only=True, gc=False):
+    """Base of the response Structs: camelCase on the wire, ``null`` arrays read as []."""
+
+    _list_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self._list_fields:
+            if getattr(self, name) is None:
+                setattr(self, name, [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared parts
+# ---------------------------------------------------------------------------------------------
+
+
+class User(_Wire):
+    """A user (spec 2.1.1)."""
+
+    id: str
+    name: str | None = None
+    picture_url_cdn: str | None = None
+
+
+class ImageDescriptor(_Wire):
+    """An image reference with its size and type (spec 2.1.2)."""
+
+    url: str | None = None
+    width: Number | None = None
+    height: Number | None = None
+    mime: str | None = None
+
+
+class FileLink(_Wire):
+    """A link to a produced file (transcript, PDF render, html, reader) with size and type."""
+
+    url: str | None = None
+    size: Number | None = None
+    mime: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.1 Search hit
+# ---------------------------------------------------------------------------------------------
+
+
+class AnonymousIdentity(_Wire):
+    """Who wrote a comment when not signed in."""
+
+    display_name: str | None = None
+    session_hash: str | None = None
+
+
+class CommentPinned(_Wire):
+    """The comment pinned on a resource."""
+
+    _list_fields = ("mentioned_users",)
+
+    id: str
+    content: str | None = None
+    created_at: str | None = None
+    modified_at: str | None = None
+    resource_id: str | None = None
+    anonymous_identity: AnonymousIdentity | None = None
+    user: User | None = None
+    mentioned_users: List[User] = []
+
+
+class Label(_Wire):
+    """A colour label; its ``id`` is an integer."""
+
+    id: int
+    hex_color: str | None = None
+
+
+class Parent(_Wire):
+    """The folder a resource sits in."""
+
+    id: str
+    name: str | None = None
+
+
+class Folder(_Wire):
+    """The folder of a root."""
+
+    id: str
+    name: str | None = None
+    is_locked: bool | None = None
+    is_password_protected: bool | None = None
+    user: User | None = None
+
+
+class Root(_Wire):
+    """The root a resource belongs to; ``type`` and ``subtype`` are open enums (plain str)."""
+
+    id: str
+    type: str | None = None
+    subtype: str | None = None
+    is_private: bool | None = None
+    folder: Folder | None = None
+
+
+class Tag(_Wire):
+    """A tag on a resource."""
+
+    id: str
+    name: str | None = None
+
+
+class Agent(_Wire):
+    """The agent of a chat."""
+
+    id: str
+
+
+class Chat(_Wire):
+    """A chat attached to a resource."""
+
+    id: str
+    name: str | None = None
+    is_pinned: bool | None = None
+    created_at: str | None = None
+    modified_at: str | None = None
+    agent: Agent | None = None
+
+
+class Thumbnail(_Wire):
+    """Thumbnail URLs by size."""
+
+    sm: str | None = None
+    md: str | None = None
+    lg: str | None = None
+    xl: str | None = None
+    original: str | None = None
+
+
+class PublishedAncestor(_Wire):
+    """A published ancestor of a resource and its access token."""
+
+    resource_id: str | None = None
+    access_token: str | None = None
+
+
+class DocumentAttributes(_Wire):
+    """Document metadata of a resource; timestamps stay ``str`` (their format is not documented)."""
+
+    pages: int | None = None
+    author: str | None = None
+    title: str | None = None
+    subject: str | None = None
+    keywords: str | None = None
+    producer: str | None = None
+    creator: str | None = None
+    security: bool | None = None
+    version: str | None = None
+    creation_date: str | None = None
+    modification_date: str | None = None
+    document_type: str | None = None
+    structured: Any = None
+
+
+class Size(_Wire):
+    """Width and height."""
+
+    width: Number | None = None
+    height: Number | None = None
+
+
+class ResourceAttributes(_Wire):
+    """Attributes of a resource's data: document metadata, dimensions, cover."""
+
+    document: DocumentAttributes | None = None
+    dimensions: Size | None = None
+    cover: ImageDescriptor | None = None
+
+
+class DocumentPreview(_Wire):
+    """An HTML preview of a document."""
+
+    html: str | None = None
+
+
+class PdfRender(_Wire):
+    """Where the PDF render of a resource is stored."""
+
+    storage_path: str | None = None
+    url: str | None = None
+
+
+class ResourceData(_Wire):
+    """The ``data`` object of a resource (spec 2.1.3)."""
+
+    _list_fields = ("keywords",)
+
+    infected: bool | None = None
+    document_preview: DocumentPreview | None = None
+    caption: str | None = None
+    keywords: List[str] = []
+    attributes: ResourceAttributes | None = None
+    pdf_render: PdfRender | None = None
+
+
+class SearchChunk(_Wire):
+    """A matched chunk of a hit's content (spec 2.1.4)."""
+
+    text: str | None = None
+    sequence: int | None = None
+    page_number: int | None = None
+    time_start: float | None = None
+    time_end: float | None = None
+    score: float | None = None
+
+
+class Embeddings(_Wire):
+    """The hit's embedding vectors: ``small3_512`` (512 values) and ``clip2`` (768 values)."""
+
+    _list_fields = ("small3_512", "clip2")
+
+    # rename="camel" would send this as "small3512": the wire name is spelled out.
+    small3_512: List[float] = msgspec.field(default_factory=list, name="small3_512")
+    clip2: List[float] = []
+
+
+class SearchHit(_Wire):
+    """One search result: the resource's fields together with ``score``, ``chunks``, ``embeddings``."""
+
+    _list_fields = ("tags", "chats", "published_ancestors", "chunks")
+
+    id: str
+    kind: str | None = None
+    mime_type: str | None = None
+    extension: str | None = None
+    name: str | None = None
+    description: str | None = None
+    size: Number | None = None
+    url: str | None = None
+    comment_pinned: CommentPinned | None = None
+    label: Label | None = None
+    parent: Parent | None = None
+    cover: ImageDescriptor | None = None
+    user: User | None = None
+    root: Root | None = None
+    state_processing: str | None = None
+    origin_url: str | None = None
+    tags: List[Tag] = []
+    chats: List[Chat] = []
+    thumbnail: Thumbnail | None = None
+    file_url: str | None = None
+    preferences: Any = None
+    is_password_protected: bool | None = None
+    is_locked: bool | None = None
+    published_ancestors: List[PublishedAncestor] = []
+    created_at: str | None = None
+    modified_at: str | None = None
+    data: ResourceData | None = None
+    score: float | None = None
+    chunks: List[SearchChunk] = []
+    embeddings: Embeddings | None = None
+
+
+class SearchPage(_Wire):
+    """One page of search results (the response of ``POST /v2/search``)."""
+
+    _list_fields = ("hits",)
+
+    total: int
+    has_more: bool
+    hits: List[SearchHit] = []
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.2 Extraction job
+# ---------------------------------------------------------------------------------------------
+
+
+class ExtractionCommon(_Wire):
+    """Data extracted from any file."""
+
+    _list_fields = ("keywords",)
+
+    mime_type: str | None = None
+    size: Number | None = None
+    infected: bool | None = None
+    caption: str | None = None
+    keywords: List[str] = []
+    thumbnail: str | None = None
+    chunk_count: int | None = None
+
+
+class MediaColor(_Wire):
+    """Colour information of an image or video."""
+
+    profile: str | None = None
+    space: str | None = None
+    alpha_channel: bool | None = None
+    pixel_format: str | None = None
+
+
+class MediaLocation(_Wire):
+    """Where a photo or video was taken."""
+
+    latitude: float | None = None
+    longitude: float | None = None
+
+
+class MediaDevice(_Wire):
+    """The device that made a photo or video."""
+
+    maker: str | None = None
+    model: str | None = None
+    software: str | None = None
+
+
+class DominantColor(_Wire):
+    """A dominant colour as RGB integers and its share."""
+
+    _list_fields = ("rgb",)
+
+    rgb: List[int] = []
+    score: float | None = None
+
+
+class ExtractionMedia(_Wire):
+    """Data extracted from images, audio and video."""
+
+    _list_fields = ("dominant_colors",)
+
+    width: Number | None = None
+    height: Number | None = None
+    duration: Number | None = None
+    codec: str | None = None
+    bit_rate: Number | None = None
+    frame_rate: Number | None = None
+    sample_rate: Number | None = None
+    channels: Number | None = None
+    color: MediaColor | None = None
+    location: MediaLocation | None = None
+    device: MediaDevice | None = None
+    dominant_colors: List[DominantColor] = []
+    ocr: str | None = None
+    screenshot: ImageDescriptor | None = None
+    transcript: FileLink | None = None
+
+
+class ExtractionDocument(_Wire):
+    """Data extracted from documents; ``structured`` is any JSON value (its shape is not shown)."""
+
+    pages: int | None = None
+    author: str | None = None
+    title: str | None = None
+    subject: str | None = None
+    creator: str | None = None
+    producer: str | None = None
+    version: str | None = None
+    security: bool | None = None
+    creation_date: datetime.datetime | None = None
+    modification_date: datetime.datetime | None = None
+    pdf_render: FileLink | None = None
+    document_type: str | None = None
+    structured: Any = None
+
+
+class ExtractionWeb(_Wire):
+    """Data extracted from a web page."""
+
+    title: str | None = None
+    site_name: str | None = None
+    description: str | None = None
+    url: str | None = None
+    image: ImageDescriptor | None = None
+    favicon: ImageDescriptor | None = None
+    html: FileLink | None = None
+    reader: FileLink | None = None
+
+
+class Extraction(_Wire):
+    """The four parts of an extraction result."""
+
+    common: ExtractionCommon | None = None
+    media: ExtractionMedia | None = None
+    document: ExtractionDocument | None = None
+    web: ExtractionWeb | None = None
+
+
+class JobLinks(_Wire):
+    """Links to a job's chunks and download."""
+
+    chunks: str | None = None
+    download: str | None = None
+
+
+class ExtractionJob(_Wire):
+    """An extraction job and its result (the response of ``GET /v2/extract/{jobId}``)."""
+
+    id: str
+    workspace_id: str | None = None
+    user_id: str | None = None
+    kind: str | None = None
+    name: str | None = None
+    url: str | None = None
+    state: str | None = None
+    created_at: datetime.datetime | None = None
+    extraction: Extraction | None = None
+    links: JobLinks | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.3 Webhook logs
+# ---------------------------------------------------------------------------------------------
+
+
+class WebhookLogSummary(_Wire):
+    """One webhook delivery attempt of a job, as listed."""
+
+    id: str
+    trace_id: str | None = None
+    attempt_number: int | None = None
+    status: str | None = None
+    status_code: int | None = None
+    error_message: str | None = None
+    fired_at: str | None = None
+    created_at: datetime.datetime | None = None
+
+
+class WebhookLog(WebhookLogSummary):
+    """One webhook delivery attempt with its request payload and response body (any JSON)."""
+
+    request_payload: Any = None
+    response_body: Any = None
+
+
+class WebhookLogList(_Wire):
+    """The response of ``GET /v2/extract/{jobId}/webhook-logs``; ``items`` is required."""
+
+    items: List[WebhookLogSummary]
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.4 Link preview
+# ---------------------------------------------------------------------------------------------
+
+
+class LinkPreview(_Wire):
+    """Open-graph data of a URL; ``metadata`` is any JSON value."""
+
+    url: str | None = None
+    title: str | None = None
+    type: str | None = None
+    description: str | None = None
+    site_name: str | None = None
+    image: ImageDescriptor | None = None
+    favicon: ImageDescriptor | None = None
+    metadata: Any = None
+
+
+# ---------------------------------------------------------------------------------------------
+# 4.1 Search request bodies: unset fields are left out of the JSON (no ``null`` sent)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Request(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """Base of the request Structs: camelCase on the wire, unset fields omitted."""
+
+
+class SearchFilters(_Request):
+    """Filters of a search. Timestamps take an aware ``datetime`` (sent as ISO 8601, UTC, ``Z``)
+    or a string sent as is."""
+
+    kinds: list[str] | None = None
+    color: list[int] | None = None
+    parent_ids: list[str] | None = None
+    ancestor_ids: list[str] | None = None
+    tag_ids: list[str] | None = None
+    user_ids: list[str] | None = None
+    created_after: datetime.datetime | str | None = None
+    created_before: datetime.datetime | str | None = None
+
+
+class Pagination(_Request):
+    """Which page of results, and how many per page."""
+
+    page: int | None = None
+    page_size: int | None = None
+
+
+class Sort(_Request):
+    """Result order: a field name and an order (their allowed values are not documented)."""
+
+    field: str
+    order: str | None = None
+
+
+class SearchQuery(_Request):
+    """One element of ``queries``: resource_id, image or text, or filters and precision."""
+
+    resource_id: str | None = None
+    image: str | None = None
+    text: str | None = None
+    filters: SearchFilters | None = None
+    precision: float | None = None
+
+
+class SearchRequest(_Request):
+    """The body of ``POST /v2/search``."""
+
+    text: str | None = None
+    image: str | None = None
+    resource_id: str | None = None
+    filters: SearchFilters | None = None
+    precision: float | None = None
+    queries: list[SearchQuery] | None = None
+    incognito: bool | None = None
+    pagination: Pagination | None = None
+    sort: Sort | None = None
