@@ -1,0 +1,783 @@
+"""The service's protocol without I/O: arguments in, request values out; status, headers, body in,
+a typed model or a typed error out.
+
+Nothing here touches the network or an event loop, so every rule can be tested with plain values:
+validation of arguments against the spec's limits, request building, response decoding, error
+mapping, ``Retry-After`` parsing, the retry decision and backoff, and the same-origin redirect rule.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import email.utils
+import ipaddress
+import math
+import mimetypes
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+
+import msgspec
+
+from ._errors import (
+    APIStatusError,
+    AuthenticationError,
+    BadRequestError,
+    ConfigurationError,
+    ConflictError,
+    InternalServerError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    ResponseValidationError,
+    UnprocessableEntityError,
+)
+from ._models import (
+    ExtractionJob,
+    LinkPreview,
+    Pagination,
+    SearchFilters,
+    SearchPage,
+    SearchQuery,
+    SearchRequest,
+    Sort,
+    WebhookLog,
+    WebhookLogList,
+    WebhookLogSummary,
+)
+
+__all__ = [
+    "MAX_IMAGE_LENGTH",
+    "MAX_TEXT_LENGTH",
+    "RETRYABLE_STATUSES",
+    "Request",
+    "Response",
+    "backoff_delay",
+    "build_headers",
+    "check_base_url",
+    "decode_body",
+    "get_extraction",
+    "get_webhook_log",
+    "image_data_url",
+    "is_retryable_status",
+    "link_preview",
+    "list_webhook_logs",
+    "parse_retry_after",
+    "redact",
+    "redirect_target",
+    "same_origin",
+    "search",
+    "status_error",
+    "validate_id",
+]
+
+T = TypeVar("T")
+
+MAX_TEXT_LENGTH = 255
+MAX_IMAGE_LENGTH = 600_000
+# The spec's pattern. fullmatch, not "$": "$" would also accept a trailing newline.
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_EXTRACTION_FORMATS = ("json", "markdown")
+_LINK_TYPES = ("cache", "link")
+RETRYABLE_STATUSES = frozenset({408, 429})
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that cross the seam to the transport
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Generic[T]):
+    """One endpoint call, ready to send: ``target`` is the encoded path and query under base_url."""
+
+    method: str
+    target: str
+    body: bytes | None
+    parse: Callable[[bytes], T] = field(repr=False)
+    #: The endpoint's name in logs and fault injection: "search", "extract", ...
+    endpoint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What came back for one attempt: status, headers and the whole body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    url: str
+    elapsed: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation of arguments
+# ---------------------------------------------------------------------------------------------
+
+
+def validate_id(name: str, value: object) -> str:
+    """Return the id as the string to send, or raise if it does not match the spec's UUID pattern.
+
+    A ``uuid.UUID`` is accepted and turned into its string. Because every id must match the
+    pattern, no caller-supplied string can change the path of a request.
+    """
+    if isinstance(value, uuid.UUID):
+        value = str(value)
+    if not isinstance(value, str):
+        raise InvalidRequestError(
+            f"{name} must be a UUID string or uuid.UUID, got {type(value).__name__}"
+        )
+    if not _UUID_RE.fullmatch(value):
+        raise InvalidRequestError(
+            f"{name} must match the UUID pattern "
+            "^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ "
+            f"(lowercase hex), got {_preview(value)}"
+        )
+    return value
+
+
+def _preview(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def _validate_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_TEXT_LENGTH:
+        raise InvalidRequestError(
+            f"{name} is {len(value)} characters long; the limit is {MAX_TEXT_LENGTH}"
+        )
+    return value
+
+
+def _validate_image(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(
+            f"{name} must be a data URL string (see asyncsearch.image_data_url), "
+            f"got {type(value).__name__}"
+        )
+    if len(value) > MAX_IMAGE_LENGTH:
+        raise InvalidRequestError(
+            f"{name} is {len(value)} characters long; the limit is {MAX_IMAGE_LENGTH}"
+        )
+    if not (value.startswith("data:") and ";base64," in value[:200]):
+        raise InvalidRequestError(
+            f"{name} must be a base64 data URL such as 'data:image/png;base64,...' "
+            "(asyncsearch.image_data_url makes one)"
+        )
+    return value
+
+
+def _validate_precision(name: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
+        raise InvalidRequestError(f"{name} must be a number from 0 to 1 inclusive, got {value!r}")
+    return float(value)
+
+
+def _validate_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidRequestError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _validate_str_list(name: str, value: object) -> list[str]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise InvalidRequestError(f"{name} must be a list of strings, got {value!r}")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if isinstance(item, uuid.UUID):
+            item = str(item)
+        if not isinstance(item, str) or not item:
+            raise InvalidRequestError(f"{name}[{i}] must be a non-empty string, got {item!r}")
+        out.append(item)
+    return out
+
+
+def _validate_int_list(name: str, value: object) -> list[int]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise InvalidRequestError(f"{name} must be a list of integers, got {value!r}")
+    out: list[int] = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise InvalidRequestError(f"{name}[{i}] must be an integer, got {item!r}")
+        out.append(item)
+    return out
+
+
+def _validate_timestamp(name: str, value: object) -> datetime.datetime | str:
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidRequestError(
+                f"{name} must be a timezone-aware datetime (a naive one is ambiguous), "
+                f"got {value!r}"
+            )
+        # Sent as ISO 8601 in UTC with "Z".
+        return value.astimezone(datetime.UTC)
+    if isinstance(value, str) and value:
+        return value
+    raise InvalidRequestError(
+        f"{name} must be an aware datetime or a non-empty ISO 8601 string, got {value!r}"
+    )
+
+
+def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) -> dict[str, object]:
+    """Read a Struct or a plain dict (Python or wire key names) into a dict of Python names."""
+    if isinstance(value, struct_type):
+        return {f: getattr(value, f) for f in struct_type.__struct_fields__}
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(
+            f"{name} must be an asyncsearch.{struct_type.__name__} or a dict, "
+            f"got {type(value).__name__}"
+        )
+    wire_to_py = dict(zip(struct_type.__struct_encode_fields__, struct_type.__struct_fields__))
+    out: dict[str, object] = {}
+    for key, item in value.items():
+        py = key if key in struct_type.__struct_fields__ else wire_to_py.get(key)
+        if py is None:
+            allowed = ", ".join(struct_type.__struct_fields__)
+            raise InvalidRequestError(f"{name} has an unknown key {key!r}; allowed: {allowed}")
+        out[py] = item
+    return out
+
+
+def _normalize_filters(name: str, value: object) -> SearchFilters:
+    raw = _fields_from(name, value, SearchFilters)
+    checked: dict[str, Any] = {}
+    for key, item in raw.items():
+        if item is None:
+            continue
+        label = f"{name}.{key}"
+        if key == "color":
+            checked[key] = _validate_int_list(label, item)
+        elif key in ("created_after", "created_before"):
+            checked[key] = _validate_timestamp(label, item)
+        else:
+            checked[key] = _validate_str_list(label, item)
+    return SearchFilters(**checked)
+
+
+def _normalize_sort(value: object) -> Sort:
+    raw = _fields_from("sort", value, Sort)
+    sort_field = raw.get("field")
+    if not isinstance(sort_field, str) or not sort_field:
+        raise InvalidRequestError(f"sort.field must be a non-empty string, got {sort_field!r}")
+    order = raw.get("order")
+    if order is not None and (not isinstance(order, str) or not order):
+        raise InvalidRequestError(f"sort.order must be a non-empty string, got {order!r}")
+    return Sort(field=sort_field, order=order)
+
+
+def _normalize_query(index: int, value: object) -> SearchQuery:
+    name = f"queries[{index}]"
+    raw = _fields_from(name, value, SearchQuery)
+    return SearchQuery(
+        resource_id=_opt(raw.get("resource_id"), lambda v: validate_id(f"{name}.resource_id", v)),
+        image=_opt(raw.get("image"), lambda v: _validate_image(f"{name}.image", v)),
+        text=_opt(raw.get("text"), lambda v: _validate_text(f"{name}.text", v)),
+        filters=_opt(raw.get("filters"), lambda v: _normalize_filters(f"{name}.filters", v)),
+        precision=_opt(raw.get("precision"), lambda v: _validate_precision(f"{name}.precision", v)),
+    )
+
+
+def _opt(value: object, check: Callable[[object], T]) -> T | None:
+    return None if value is None else check(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request builders, one per endpoint
+# ---------------------------------------------------------------------------------------------
+
+_search_page_decoder = msgspec.json.Decoder(SearchPage)
+_extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
+_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
+_webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
+_webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
+_encoder = msgspec.json.Encoder()
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, content_type: str = "") -> T:
+    """Decode a success body with a typed decoder; any mismatch is a ``ResponseValidationError``."""
+    if not body:
+        raise ResponseValidationError("the response body is empty", path=None, body=body)
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        match = re.fullmatch(r"(.*) - at `(\$[^`]*)`", str(exc), flags=re.DOTALL)
+        reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
+        return _raise_validation(
+            f"the response body does not fit {_type_name(decoder)} at {path}: {reason}",
+            path,
+            body,
+        )
+    except msgspec.DecodeError as exc:
+        kind = f" (Content-Type {content_type!r})" if content_type else ""
+        return _raise_validation(f"the response body is not valid JSON{kind}: {exc}", None, body)
+
+
+def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
+    return getattr(decoder.type, "__name__", str(decoder.type))
+
+
+def _raise_validation(message: str, path: str | None, body: bytes) -> Any:
+    raise ResponseValidationError(message, path=path, body=body) from None
+
+
+def _parse_search_page(body: bytes) -> SearchPage:
+    return decode_body(_search_page_decoder, body)
+
+
+def _parse_extraction_job(body: bytes) -> ExtractionJob:
+    return decode_body(_extraction_job_decoder, body)
+
+
+def _parse_link_preview(body: bytes) -> LinkPreview:
+    return decode_body(_link_preview_decoder, body)
+
+
+def _parse_webhook_log_list(body: bytes) -> list[WebhookLogSummary]:
+    return decode_body(_webhook_log_list_decoder, body).items
+
+
+def _parse_webhook_log(body: bytes) -> WebhookLog:
+    return decode_body(_webhook_log_decoder, body)
+
+
+def search(
+    text: str | None = None,
+    *,
+    image: str | None = None,
+    resource_id: str | uuid.UUID | None = None,
+    filters: SearchFilters | Mapping[str, Any] | None = None,
+    precision: float | None = None,
+    queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+    incognito: bool | None = None,
+    page: int | None = None,
+    page_size: int | None = None,
+    sort: Sort | Mapping[str, Any] | None = None,
+) -> Request[SearchPage]:
+    """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
+    if queries is not None:
+        if isinstance(queries, str | bytes | Mapping) or not isinstance(queries, Sequence):
+            raise InvalidRequestError(f"queries must be a list, got {type(queries).__name__}")
+        checked_queries: list[SearchQuery] | None = [
+            _normalize_query(i, q) for i, q in enumerate(queries)
+        ]
+    else:
+        checked_queries = None
+    if incognito is not None and not isinstance(incognito, bool):
+        raise InvalidRequestError(f"incognito must be a bool or None, got {incognito!r}")
+    pagination = None
+    if page is not None or page_size is not None:
+        pagination = Pagination(
+            page=_opt(page, lambda v: _validate_int("page", v, minimum=0)),
+            page_size=_opt(page_size, lambda v: _validate_int("page_size", v, minimum=1)),
+        )
+    body = SearchRequest(
+        text=_opt(text, lambda v: _validate_text("text", v)),
+        image=_opt(image, lambda v: _validate_image("image", v)),
+        resource_id=_opt(resource_id, lambda v: validate_id("resource_id", v)),
+        filters=_opt(filters, lambda v: _normalize_filters("filters", v)),
+        precision=_opt(precision, lambda v: _validate_precision("precision", v)),
+        queries=checked_queries,
+        incognito=incognito,
+        pagination=pagination,
+        sort=_opt(sort, _normalize_sort),
+    )
+    return Request(
+        method="POST",
+        target="/v2/search",
+        body=_encoder.encode(body),
+        parse=_parse_search_page,
+        endpoint="search",
+    )
+
+
+def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Request[ExtractionJob]:
+    """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
+    job = validate_id("job_id", job_id)
+    target = f"/v2/extract/{quote(job, safe='')}"
+    if format is not None:
+        if format not in _EXTRACTION_FORMATS:
+            raise InvalidRequestError(
+                f"format must be one of {', '.join(_EXTRACTION_FORMATS)} or None, got {format!r}"
+            )
+        target += f"?format={format}"
+    return Request("GET", target, None, _parse_extraction_job, "extract")
+
+
+def link_preview(url: str, *, type: str | None = None) -> Request[LinkPreview]:
+    """Build ``GET /v2/link``; the URL is sent unchanged, percent-encoded as a query value."""
+    if not isinstance(url, str):
+        raise InvalidRequestError(f"url must be a string, got {url.__class__.__name__}")
+    if not url:
+        raise InvalidRequestError("url must not be empty")
+    target = f"/v2/link?url={quote(url, safe='')}"
+    if type is not None:
+        if type not in _LINK_TYPES:
+            raise InvalidRequestError(
+                f"type must be one of {', '.join(_LINK_TYPES)} or None, got {type!r}"
+            )
+        target += f"&type={type}"
+    return Request("GET", target, None, _parse_link_preview, "link")
+
+
+def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary]]:
+    """Build ``GET /v2/extract/{jobId}/webhook-logs``."""
+    job = quote(validate_id("job_id", job_id), safe="")
+    return Request(
+        "GET", f"/v2/extract/{job}/webhook-logs", None, _parse_webhook_log_list, "webhook_logs"
+    )
+
+
+def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[WebhookLog]:
+    """Build ``GET /v2/extract/{jobId}/webhook-logs/{logId}``."""
+    job = quote(validate_id("job_id", job_id), safe="")
+    log = quote(validate_id("log_id", log_id), safe="")
+    return Request(
+        "GET", f"/v2/extract/{job}/webhook-logs/{log}", None, _parse_webhook_log, "webhook_log"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Images
+# ---------------------------------------------------------------------------------------------
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+)
+
+
+def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
+    """Turn image bytes or a file path into the base64 data URL that ``search(image=...)`` takes.
+
+    The type is taken from ``mime``, else from the bytes' signature, else from the file name.
+    Raises ``InvalidRequestError`` when the type cannot be told or the data URL would be longer
+    than the service's limit of 600,000 characters. A path is read synchronously.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+        filename = None
+    elif isinstance(source, str | os.PathLike):
+        filename = os.fspath(source)
+        try:
+            with open(filename, "rb") as handle:
+                data = handle.read(MAX_IMAGE_LENGTH + 1)
+        except OSError as exc:
+            raise InvalidRequestError(f"cannot read image file {filename!r}: {exc}") from exc
+    else:
+        raise InvalidRequestError(
+            f"source must be bytes or a file path, got {type(source).__name__}"
+        )
+    if not data:
+        raise InvalidRequestError("the image is empty")
+    if mime is None:
+        mime = _sniff_mime(data, filename)
+    if not re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime):
+        raise InvalidRequestError(f"mime must look like 'image/png', got {mime!r}")
+    prefix = f"data:{mime};base64,"
+    length = len(prefix) + 4 * math.ceil(len(data) / 3)
+    if length > MAX_IMAGE_LENGTH:
+        raise InvalidRequestError(
+            f"the image's data URL would be {length} characters long; the limit is "
+            f"{MAX_IMAGE_LENGTH} (about {MAX_IMAGE_LENGTH * 3 // 4 // 1024} KiB of image data)"
+        )
+    return prefix + base64.b64encode(data).decode("ascii")
+
+
+def _sniff_mime(data: bytes, filename: str | None) -> str:
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if filename is not None:
+        guessed, _ = mimetypes.guess_type(filename)
+        if guessed:
+            return guessed
+    raise InvalidRequestError("cannot tell the image type; pass mime='image/...'")
+
+
+# ---------------------------------------------------------------------------------------------
+# Headers, URLs and redirects
+# ---------------------------------------------------------------------------------------------
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_base_url(base_url: object, *, allow_http: bool) -> str:
+    """Return the base URL without a trailing slash, or raise ``ConfigurationError``.
+
+    It must be absolute, without user info, query or fragment; a plain ``http`` URL is refused
+    unless the host is loopback or ``allow_http`` is set, since the key would cross the network
+    in the clear.
+    """
+    if not isinstance(base_url, str) or not base_url.strip():
+        raise ConfigurationError("base_url is missing: pass base_url= or set ASYNCSEARCH_BASE_URL")
+    try:
+        parts = urlsplit(base_url.strip())
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ConfigurationError(f"base_url is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigurationError(
+            "base_url must be an absolute http(s) URL such as https://api.example.com, "
+            f"got {_strip_userinfo(base_url)!r}"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError("base_url must not carry user info; pass api_key= instead")
+    if parts.query or parts.fragment:
+        raise ConfigurationError("base_url must not have a query or fragment")
+    if parts.scheme == "http" and not allow_http and not _is_loopback(host):
+        raise ConfigurationError(
+            f"base_url {base_url!r} is plain http to a host that is not loopback; the API key "
+            "would travel unencrypted. Use https, or pass allow_http=True if you mean it"
+        )
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _strip_userinfo(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid URL>"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def build_headers(
+    *,
+    api_key: str,
+    base_id: str | None,
+    user_agent: str,
+    extra: Mapping[str, str] | None,
+    has_body: bool,
+) -> dict[str, str]:
+    """Headers of one request; the caller's ``extra`` never overrides auth or base selection."""
+    headers: dict[str, str] = {"Accept": "application/json", "User-Agent": user_agent}
+    if extra:
+        protected = {"x-api-key", "x-service-base-id"}
+        headers.update({k: v for k, v in extra.items() if k.lower() not in protected})
+    if has_body:
+        headers["Content-Type"] = "application/json"
+    headers["X-Api-Key"] = api_key
+    if base_id is not None:
+        headers["X-Service-Base-Id"] = base_id
+    return headers
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port
+    if port is None:
+        port = {"http": 80, "https": 443}.get(parts.scheme)
+    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
+
+
+def same_origin(a: str, b: str) -> bool:
+    """True when two absolute URLs share scheme, host and port."""
+    try:
+        return _origin(a) == _origin(b)
+    except ValueError:
+        return False
+
+
+def redirect_target(current_url: str, location: str) -> str | None:
+    """The absolute URL to follow a redirect to, or ``None`` when it must not be followed.
+
+    Only same-origin redirects are followed (so ``X-Api-Key`` never goes anywhere else); a
+    ``Location`` with user info is never followed.
+    """
+    try:
+        target = urljoin(current_url, location.strip())
+        parts = urlsplit(target)
+    except ValueError:
+        return None
+    if parts.username is not None or "@" in parts.netloc:
+        return None
+    if not same_origin(current_url, target):
+        return None
+    return urlunsplit(parts._replace(fragment=""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Status errors, Retry-After and the retry decision
+# ---------------------------------------------------------------------------------------------
+
+_STATUS_ERRORS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+}
+_MAX_ERROR_TEXT = 4096
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Replace every occurrence of ``secret`` in ``text``."""
+    if secret and secret in text:
+        return text.replace(secret, "[redacted]")
+    return text
+
+
+def _error_body(body: bytes, secret: str | None) -> Any:
+    if not body:
+        return None
+    text = redact(body[:_MAX_ERROR_TEXT].decode("utf-8", "replace"), secret)
+    if len(body) <= _MAX_ERROR_TEXT:
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            pass
+    return text
+
+
+def _error_detail(body: Any) -> str:
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error", "title"):
+            value = body.get(key)
+            if isinstance(value, dict):
+                return _error_detail(value)
+            if isinstance(value, str) and value:
+                return value[:300]
+        return ""
+    if isinstance(body, str):
+        return " ".join(body.split())[:200]
+    return ""
+
+
+def status_error(
+    response: Response,
+    *,
+    method: str,
+    attempts: int | None,
+    secret: str | None,
+    retry_after: float | None = None,
+    reason: str | None = None,
+) -> APIStatusError:
+    """The typed error for a response that is not a success."""
+    status = response.status
+    cls = _STATUS_ERRORS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
+    body = _error_body(response.body, secret)
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Unknown Status"
+    url = redact(_strip_userinfo(response.url), secret)
+    parts = [f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"]
+    detail = reason or _error_detail(body)
+    if detail:
+        parts.append(redact(detail, secret))
+    message = ": ".join(parts)
+    if cls is RateLimitError:
+        return RateLimitError(
+            message,
+            status_code=status,
+            headers=response.headers,
+            body=body,
+            method=method,
+            url=url,
+            attempts=attempts,
+            retry_after=retry_after,
+        )
+    return cls(
+        message,
+        status_code=status,
+        headers=response.headers,
+        body=body,
+        method=method,
+        url=url,
+        attempts=attempts,
+    )
+
+
+def is_retryable_status(status: int) -> bool:
+    """408, 429 and every 5xx are worth another attempt; other statuses are final."""
+    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The delay in seconds the server asked for, or ``None`` when it gave none that makes sense.
+
+    Reads ``retry-after-ms`` first, then ``Retry-After`` as seconds or as an HTTP date. A negative
+    value or a date in the past means "now" (0); ``inf``, ``nan`` and garbage are ignored.
+    """
+    raw_ms = _header(headers, "retry-after-ms")
+    if raw_ms is not None:
+        seconds = _finite_float(raw_ms)
+        if seconds is not None:
+            return max(seconds / 1000.0, 0.0)
+    raw = _header(headers, "retry-after")
+    if raw is None:
+        return None
+    seconds = _finite_float(raw)
+    if seconds is not None:
+        return max(seconds, 0.0)
+    try:
+        when = email.utils.parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    current = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
+    return max(when.timestamp() - current, 0.0)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        # Plain dicts are case-sensitive; aiohttp's headers are not.
+        for key, item in headers.items():
+            if key.lower() == name:
+                return item
+    return value
+
+
+def _finite_float(text: str) -> float | None:
+    text = text.strip()
+    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def backoff_delay(
+    retry_number: int, *, base: float, cap: float, random: Callable[[], float]
+) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(n-1))]."""
+    ceiling = min(cap, base * (2 ** max(retry_number - 1, 0)))
+    return ceiling * random()

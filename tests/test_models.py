@@ -1,0 +1,233 @@
+"""Decoding and encoding of the wire format, against recorded sample responses."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import asyncsearch
+from asyncsearch import (
+    ExtractionJob,
+    LinkPreview,
+    ResponseValidationError,
+    SearchFilters,
+    SearchPage,
+    WebhookLog,
+)
+from asyncsearch import _protocol as protocol
+from asyncsearch._models import WebhookLogList
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def sample(name: str) -> bytes:
+    return (SAMPLES / name).read_bytes()
+
+
+def _assert_all_filled(value: Any, path: str = "$") -> None:
+    """Every field of every Struct reachable from value is set, and no list is empty."""
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            field_value = getattr(value, name)
+            assert field_value is not None, f"{path}.{name} is None"
+            _assert_all_filled(field_value, f"{path}.{name}")
+    elif isinstance(value, list):
+        assert value, f"{path} is empty"
+        for i, item in enumerate(value):
+            _assert_all_filled(item, f"{path}[{i}]")
+
+
+def test_real_shaped_hit_decodes_every_field() -> None:
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    _assert_all_filled(page)
+    hit = page.hits[0]
+    assert page.total == 42
+    assert page.has_more is True
+    assert len(hit.embeddings is not None and hit.embeddings.small3_512 or []) == 512
+    assert hit.embeddings is not None
+    assert len(hit.embeddings.clip2) == 768
+    assert hit.label is not None
+    assert hit.label.id == 3
+    assert hit.size == 482113
+    assert isinstance(hit.size, int)
+    # Timestamps whose format the spec does not document stay strings, exactly as sent.
+    assert hit.created_at == "2024-05-01T09:00:00.000Z"
+    assert hit.data is not None
+    assert hit.data.attributes is not None
+    assert hit.data.attributes.document is not None
+    assert hit.data.attributes.document.creation_date == "D:20240501090000Z"
+    assert hit.data.attributes.document.structured == {"total": 1200.5}
+    assert hit.preferences == {"view": "grid"}
+
+
+def test_embeddings_keep_their_wire_name_on_encode() -> None:
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    encoded = json.loads(msgspec.json.encode(page))
+    embeddings = encoded["hits"][0]["embeddings"]
+    assert set(embeddings) == {"small3_512", "clip2"}
+    assert "small3512" not in msgspec.json.encode(page).decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("search_page.json", SearchPage),
+        ("extraction_job.json", ExtractionJob),
+        ("webhook_log.json", WebhookLog),
+        ("webhook_logs.json", WebhookLogList),
+        ("link_preview.json", LinkPreview),
+    ],
+)
+def test_encode_gives_the_wire_form_back(name: str, model: type[msgspec.Struct]) -> None:
+    raw = json.loads(sample(name))
+    decoded = msgspec.json.decode(sample(name), type=model)
+    assert _normalize_times(json.loads(msgspec.json.encode(decoded))) == _normalize_times(raw)
+    _assert_all_filled(decoded)
+
+
+def _normalize_times(value: Any) -> Any:
+    """Read ISO 8601 timestamps as datetimes: msgspec may write the same instant differently."""
+    if isinstance(value, dict):
+        return {k: _normalize_times(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalize_times(v) for v in value]
+    if isinstance(value, str) and value.endswith("Z") and value[:4].isdigit():
+        return datetime.datetime.fromisoformat(value)
+    return value
+
+
+def test_extraction_job_documented_timestamps_are_datetimes() -> None:
+    job = msgspec.json.decode(sample("extraction_job.json"), type=ExtractionJob)
+    assert job.created_at == datetime.datetime(2024, 5, 1, 9, 0, 0, 123000, tzinfo=datetime.UTC)
+    assert job.extraction is not None
+    assert job.extraction.document is not None
+    assert isinstance(job.extraction.document.creation_date, datetime.datetime)
+    assert job.extraction.document.structured == {"lines": [1, 2]}
+    assert job.extraction.media is not None
+    assert job.extraction.media.frame_rate == pytest.approx(29.97)
+    assert job.extraction.media.dominant_colors[0].rgb == [255, 128, 0]
+
+
+def test_webhook_logs() -> None:
+    log = msgspec.json.decode(sample("webhook_log.json"), type=WebhookLog)
+    assert isinstance(log, asyncsearch.WebhookLogSummary)
+    assert log.fired_at == "2024-05-01T09:00:01.000Z"  # format not documented: stays str
+    assert log.created_at is not None
+    assert log.created_at.tzinfo is not None
+    assert log.request_payload == {"event": "extraction.done"}
+    assert log.response_body == "<html>bad gateway</html>"
+
+
+def test_minimal_hit_with_nulls_absent_and_unknown_fields_decodes() -> None:
+    body = {
+        "total": 1,
+        "hasMore": False,
+        "somethingNew": {"x": 1},
+        "hits": [
+            {
+                "id": "h1",
+                "kind": "brand-new-kind",
+                "stateProcessing": "some-new-state",
+                "root": {"id": "r", "type": "NEW_TYPE", "subtype": "new"},
+                "tags": None,
+                "chats": None,
+                "chunks": None,
+                "publishedAncestors": None,
+                "mimeType": None,
+                "label": None,
+                "data": {"keywords": None, "attributes": {"document": {"documentType": "new"}}},
+                "embeddings": {"small3_512": None},
+                "unknownField": [1, 2, 3],
+            }
+        ],
+    }
+    page = msgspec.json.decode(json.dumps(body), type=SearchPage)
+    hit = page.hits[0]
+    assert hit.kind == "brand-new-kind"
+    assert hit.root is not None
+    assert hit.root.type == "NEW_TYPE"
+    # null and absent arrays both read as empty lists; absent scalars read as None.
+    assert hit.tags == []
+    assert hit.chats == []
+    assert hit.chunks == []
+    assert hit.published_ancestors == []
+    assert hit.data is not None
+    assert hit.data.keywords == []
+    assert hit.embeddings is not None
+    assert hit.embeddings.small3_512 == []
+    assert hit.embeddings.clip2 == []
+    assert hit.score is None
+    assert hit.name is None
+    assert hit.comment_pinned is None
+
+
+def test_absent_score_chunks_embeddings_decode() -> None:
+    page = msgspec.json.decode(b'{"total":0,"hasMore":false,"hits":[{"id":"x"}]}', type=SearchPage)
+    assert page.hits[0].score is None
+    assert page.hits[0].chunks == []
+    assert page.hits[0].embeddings is None
+
+
+def test_absent_hits_reads_as_empty() -> None:
+    page = msgspec.json.decode(b'{"total":0,"hasMore":false}', type=SearchPage)
+    assert page.hits == []
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        (b'{"total":1,"hasMore":false,"hits":[{"id":"a","score":"high"}]}', "$.hits[0].score"),
+        (b'{"hasMore":false,"hits":[]}', "$"),
+        (b'{"total":1,"hits":[]}', "$"),
+        (b'{"total":1,"hasMore":false,"hits":[{"name":"no id"}]}', "$.hits[0]"),
+        (
+            b'{"total":5,"hasMore":true,"hits":[{"id":"a"},{"id":"b"},{"id":"c"},'
+            b'{"id":"d","score":"x"}]}',
+            "$.hits[3].score",
+        ),
+        (
+            b'{"total":1,"hasMore":false,"hits":[{"id":"a","label":{"id":"3"}}]}',
+            "$.hits[0].label.id",
+        ),
+        (b"[1, 2]", "$"),
+    ],
+)
+def test_wrong_types_raise_response_validation_error_with_path(body: bytes, path: str) -> None:
+    with pytest.raises(ResponseValidationError) as info:
+        protocol.decode_body(msgspec.json.Decoder(SearchPage), body)
+    assert info.value.path == path
+    assert info.value.body == body
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"<html>oops</html>", b'{"total": 1, "hasMo', b"\xff\xfe{}", b"not json"],
+)
+def test_non_json_raises_response_validation_error(body: bytes) -> None:
+    with pytest.raises(ResponseValidationError) as info:
+        protocol.decode_body(msgspec.json.Decoder(SearchPage), body)
+    assert info.value.path is None
+    assert info.value.body == body
+
+
+def test_webhook_log_list_requires_items() -> None:
+    with pytest.raises(ResponseValidationError):
+        protocol.decode_body(msgspec.json.Decoder(WebhookLogList), b"{}")
+
+
+def test_request_structs_omit_unset_fields() -> None:
+    filters = SearchFilters(kinds=["document"])
+    assert msgspec.json.encode(filters) == b'{"kinds":["document"]}'
+    assert msgspec.json.encode(asyncsearch.SearchRequest()) == b"{}"
+
+
+def test_public_models_are_gc_free_structs() -> None:
+    # gc=False keeps 1000-hit pages out of the cycle collector (see the benchmarks).
+    for model in (SearchPage, asyncsearch.SearchHit, asyncsearch.Embeddings, ExtractionJob):
+        assert model.__struct_config__.gc is False
