@@ -1,0 +1,270 @@
+"""The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
+
+One attempt means: send the request, follow same-origin redirects (never carrying the key
+anywhere else), read the whole body under ``max_response_bytes`` (decompressing it here, in
+bounded steps, so a gzip bomb cannot blow up memory), and hand back a ``Response`` value. Every
+aiohttp and OS error becomes an asyncsearch error in ``_translate``, with any request headers
+scrubbed from what it carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as ssl_module
+import sys
+import time
+import zlib
+
+import aiohttp
+import yarl
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from ._config import Timeout
+from ._errors import (
+    APIConnectionError,
+    APITimeoutError,
+    AsyncSearchError,
+    ClientClosedError,
+    ResponseTooLargeError,
+    ResponseValidationError,
+)
+from ._protocol import Response, redact, redirect_target, status_error
+from ._version import __version__
+
+__all__ = ["USER_AGENT", "Transport"]
+
+USER_AGENT = (
+    f"asyncsearch/{__version__} Python/{sys.version_info.major}.{sys.version_info.minor}."
+    f"{sys.version_info.micro} aiohttp/{aiohttp.__version__}"
+)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 * 1024
+
+
+class Transport:
+    """Sends attempts over one ``aiohttp.ClientSession``, created lazily inside the running loop.
+
+    A session passed in is used as it is and never closed here.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession | None,
+        max_connections: int,
+        trust_env: bool,
+    ) -> None:
+        self._session = session
+        self._owns_session = session is None
+        self._max_connections = max_connections
+        self._trust_env = trust_env
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` was called (or a passed-in session was closed)."""
+        return self._closed or (self._session is not None and self._session.closed)
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise ClientClosedError(
+                "the client is used from another event loop than the one it was first used in; "
+                "create one client per event loop"
+            )
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                trust_env=self._trust_env,
+                # Decompression happens in _read_body, in bounded steps.
+                auto_decompress=False,
+            )
+        elif self._session.closed:
+            raise ClientClosedError("the aiohttp session passed to the client is closed")
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the session if this transport created it; further sends raise."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None and self._owns_session and not session.closed:
+            await session.close()
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: bytes | None,
+        timeout: Timeout,
+        max_response_bytes: int,
+        max_redirects: int,
+        ssl: ssl_module.SSLContext | None,
+        secret: str,
+    ) -> Response:
+        """Send one attempt and return the final response, body read in full.
+
+        Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
+        ``ResponseTooLargeError`` past the size cap, ``APIStatusError`` for a redirect loop,
+        and ``ClientClosedError`` when the client is (or gets) closed.
+        """
+        session = self._get_session()
+        decompress_here = not session.auto_decompress
+        if decompress_here:
+            headers = {**headers, "Accept-Encoding": "gzip, deflate"}
+        client_timeout = aiohttp.ClientTimeout(
+            total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
+        )
+        started = time.monotonic()
+        current_url, current_method, current_body = url, method, body
+        try:
+            for _ in range(max_redirects + 1):
+                async with session.request(
+                    current_method,
+                    yarl.URL(current_url, encoded=True),
+                    headers=headers,
+                    data=current_body,
+                    timeout=client_timeout,
+                    allow_redirects=False,
+                    ssl=ssl if ssl is not None else True,
+                ) as resp:
+                    location = resp.headers.get("Location")
+                    if resp.status in _REDIRECTS and location is not None:
+                        target = redirect_target(current_url, location)
+                        if target is not None:
+                            await resp.read()
+                            if resp.status == 303 or (
+                                resp.status in (301, 302) and current_method == "POST"
+                            ):
+                                current_method, current_body = "GET", None
+                            current_url = target
+                            continue
+                    content = await _read_body(resp, max_response_bytes, decompress_here)
+                    return Response(
+                        status=resp.status,
+                        headers=resp.headers,
+                        body=content,
+                        url=current_url,
+                        elapsed=time.monotonic() - started,
+                    )
+            raise status_error(
+                Response(status=310, headers={}, body=b"", url=current_url),
+                method=method,
+                attempts=None,
+                secret=secret,
+                reason=f"more than {max_redirects} redirects (a redirect loop?)",
+            )
+        except AsyncSearchError:
+            raise
+        except Exception as exc:
+            if self.closed:
+                raise ClientClosedError("the client was closed while the request was in flight")
+            raise _translate(exc, secret) from exc
+
+
+async def _read_body(resp: aiohttp.ClientResponse, limit: int, decompress_here: bool) -> bytes:
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower() if decompress_here else ""
+    if encoding in ("", "identity"):
+        decompressor = None
+        declared = resp.content_length
+        if declared is not None and declared > limit:
+            raise _too_large(limit)
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.
+        decompressor = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    else:
+        raise ResponseValidationError(
+            f"the response uses an unsupported Content-Encoding {encoding!r}",
+            path=None,
+            body=b"",
+        )
+    parts: list[bytes] = []
+    size = 0
+    raw_deflate_tried = False
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        if decompressor is None:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            parts.append(chunk)
+            continue
+        data = chunk
+        while data:
+            try:
+                out = decompressor.decompress(data, limit - size + 1)
+            except zlib.error:
+                if encoding == "deflate" and not raw_deflate_tried and size == 0:
+                    # Some servers send raw deflate without the zlib header.
+                    raw_deflate_tried = True
+                    decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise APIConnectionError(
+                    f"the response body is not valid {encoding} data", retryable=True
+                ) from None
+            size += len(out)
+            if size > limit:
+                raise _too_large(limit)
+            parts.append(out)
+            data = decompressor.unconsumed_tail
+    if decompressor is not None:
+        tail = decompressor.flush()
+        size += len(tail)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(tail)
+    return b"".join(parts)
+
+
+def _too_large(limit: int) -> ResponseTooLargeError:
+    return ResponseTooLargeError(
+        f"the response body is larger than max_response_bytes ({limit} bytes)", limit=limit
+    )
+
+
+def _scrub(exc: BaseException, secret: str) -> None:
+    """Remove request headers (which hold the API key) from what an aiohttp error carries."""
+    info = getattr(exc, "request_info", None)
+    if isinstance(info, aiohttp.RequestInfo):
+        clean: CIMultiDict[str] = CIMultiDict(
+            (k, "[redacted]" if k.lower() == "x-api-key" else redact(v, secret))
+            for k, v in info.headers.items()
+        )
+        exc.request_info = info._replace(headers=CIMultiDictProxy(clean))  # type: ignore[attr-defined]
+    if hasattr(exc, "history"):
+        exc.history = ()  # type: ignore[attr-defined]
+
+
+def _translate(exc: Exception, secret: str) -> AsyncSearchError:
+    """Map an aiohttp or OS error to the asyncsearch error a caller can act on."""
+    _scrub(exc, secret)
+    detail = redact(f"{type(exc).__name__}: {exc}", secret)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return APIConnectionError(
+            f"TLS certificate verification failed (not retried): {detail}", retryable=False
+        )
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return APITimeoutError(f"timed out connecting: {detail}")
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return APITimeoutError(f"timed out waiting for data from the server: {detail}")
+    if isinstance(exc, TimeoutError):
+        return APITimeoutError(f"the request ran past its total timeout: {detail}")
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return APIConnectionError(f"TLS failed: {detail}")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return APIConnectionError(f"the response body was cut or malformed: {detail}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return APIConnectionError(f"the server closed the connection without answering: {detail}")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return APIConnectionError(f"the server sent a malformed response: {detail}")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return APIConnectionError(f"invalid URL: {detail}", retryable=False)
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return APIConnectionError(f"connection failed: {detail}")
+    return APIConnectionError(f"unexpected error while sending the request: {detail}")
