@@ -59,6 +59,8 @@ ENV_API_KEY = "ASYNCSEARCH_API_KEY"
 ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
+# Looked up at call time, so tests can record backoff delays instead of sleeping them.
+_sleep = anyio.sleep
 
 
 class _Secret:
@@ -180,11 +182,11 @@ def _check_headers(headers: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def _check_number(name: str, value: object, *, minimum: float, integer: bool = False) -> Any:
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
+    if (
+        isinstance(value, bool) or not isinstance(value, kinds) or not float(value) >= minimum  # type: ignore[arg-type]
+    ):
         kind = "an integer" if integer else "a number"
         raise ConfigurationError(f"{name} must be {kind} >= {minimum}, got {value!r}")
-    if not integer and value == float("inf") and name != "max_retry_after":
-        raise ConfigurationError(f"{name} must be finite")
     return value
 
 
@@ -256,7 +258,7 @@ class AsyncSearchClient:
         allow_http: bool = False,
         max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
-        retry_budget: RetryBudget | None | NotGiven = NOT_GIVEN,
+        retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
         first_page: int = 1,
     ) -> None:
         if api_key is None:
@@ -375,11 +377,11 @@ class AsyncSearchClient:
         *,
         api_key: str | NotGiven = NOT_GIVEN,
         base_url: str | NotGiven = NOT_GIVEN,
-        base_id: str | None | NotGiven = NOT_GIVEN,
-        timeout: Timeout | float | None | NotGiven = NOT_GIVEN,
+        base_id: str | NotGiven | None = NOT_GIVEN,
+        timeout: Timeout | float | NotGiven | None = NOT_GIVEN,
         max_retries: int | NotGiven = NOT_GIVEN,
-        headers: Mapping[str, str] | None | NotGiven = NOT_GIVEN,
-        ssl: ssl_module.SSLContext | None | NotGiven = NOT_GIVEN,
+        headers: Mapping[str, str] | NotGiven | None = NOT_GIVEN,
+        ssl: ssl_module.SSLContext | NotGiven | None = NOT_GIVEN,
         max_response_bytes: int | NotGiven = NOT_GIVEN,
         allow_http: bool | NotGiven = NOT_GIVEN,
         max_retry_after: float | NotGiven = NOT_GIVEN,
@@ -489,7 +491,7 @@ class AsyncSearchClient:
                     raise
                 delay = self._backoff(attempts)
                 self._log_retry(request, path, attempts, delay, type(exc).__name__)
-                await anyio.sleep(delay)
+                await _sleep(delay)
                 continue
             except AsyncSearchError as exc:
                 exc.attempts = attempts
@@ -534,7 +536,7 @@ class AsyncSearchClient:
                 raise error
             delay = retry_after if retry_after is not None else self._backoff(attempts)
             self._log_retry(request, path, attempts, delay, f"status {status}")
-            await anyio.sleep(delay)
+            await _sleep(delay)
 
     def _may_retry(self, attempts: int, *, after_timeout: bool) -> bool:
         if attempts > self._options.max_retries:

@@ -21,7 +21,7 @@ __all__ = [
 
 
 class NotGiven(enum.Enum):
-    """The type of ``NOT_GIVEN``: tells an option that was not passed from one passed as ``None``."""
+    """The type of ``NOT_GIVEN``: tells an option not passed from one passed as ``None``."""
 
     NOT_GIVEN = enum.auto()
 

@@ -14,9 +14,9 @@
     │   ├── UnprocessableEntityError    422
     │   ├── RateLimitError              429 (``.retry_after``)
     │   └── InternalServerError         >= 500
-    ├── ResponseValidationError         a 2xx body that does not fit the model (``.path``, ``.body``)
+    ├── ResponseValidationError         a 2xx body that does not fit (``.path``, ``.body``)
     ├── ResponseTooLargeError           a body past ``max_response_bytes``
-    ├── InvalidRequestError             bad arguments, raised before anything is sent (also ValueError)
+    ├── InvalidRequestError             bad arguments, raised before sending (also ValueError)
     ├── ConfigurationError              bad client options (also ValueError)
     ├── ClientClosedError               the client was closed, or used from another event loop
     │                                   (also RuntimeError)

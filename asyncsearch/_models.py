@@ -1,8 +1,8 @@
-"""msgspec Structs of the service's wire format: responses (spec 2.1 to 2.4) and search requests (4.1).
+"""msgspec Structs of the wire format: responses (spec 2.1 to 2.4) and search requests (4.1).
 
-Python names are snake_case, wire names camelCase. ``msgspec.json.decode(body, type=SearchPage)``
-gives exactly what ``AsyncSearchClient.search`` returns, and ``msgspec.json.encode(model)`` gives the
-wire form back.
+Python names are snake_case, wire names camelCase.
+``msgspec.json.decode(body, type=SearchPage)`` gives exactly what ``AsyncSearchClient.search``
+returns, and ``msgspec.json.encode(model)`` gives the wire form back.
 
 Decoding rules, so that one odd field never fails a whole page:
 
@@ -312,7 +312,7 @@ class Embeddings(_Wire):
 
 
 class SearchHit(_Wire):
-    """One search result: the resource's fields together with ``score``, ``chunks``, ``embeddings``."""
+    """One search result: the resource's fields plus ``score``, ``chunks`` and ``embeddings``."""
 
     _list_fields = ("tags", "chats", "published_ancestors", "chunks")
 

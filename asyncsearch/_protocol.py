@@ -243,7 +243,9 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
             f"{name} must be an asyncsearch.{struct_type.__name__} or a dict, "
             f"got {type(value).__name__}"
         )
-    wire_to_py = dict(zip(struct_type.__struct_encode_fields__, struct_type.__struct_fields__))
+    wire_to_py = dict(
+        zip(struct_type.__struct_encode_fields__, struct_type.__struct_fields__, strict=True)
+    )
     out: dict[str, object] = {}
     for key, item in value.items():
         py = key if key in struct_type.__struct_fields__ else wire_to_py.get(key)
@@ -318,22 +320,16 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, content_type: 
     except msgspec.ValidationError as exc:
         match = re.fullmatch(r"(.*) - at `(\$[^`]*)`", str(exc), flags=re.DOTALL)
         reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
-        return _raise_validation(
-            f"the response body does not fit {_type_name(decoder)} at {path}: {reason}",
-            path,
-            body,
-        )
+        message = f"the response body does not fit {_type_name(decoder)} at {path}: {reason}"
+        raise ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
         kind = f" (Content-Type {content_type!r})" if content_type else ""
-        return _raise_validation(f"the response body is not valid JSON{kind}: {exc}", None, body)
+        message = f"the response body is not valid JSON{kind}: {exc}"
+        raise ResponseValidationError(message, path=None, body=body) from None
 
 
 def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
     return getattr(decoder.type, "__name__", str(decoder.type))
-
-
-def _raise_validation(message: str, path: str | None, body: bytes) -> Any:
-    raise ResponseValidationError(message, path=path, body=body) from None
 
 
 def _parse_search_page(body: bytes) -> SearchPage:
@@ -779,5 +775,5 @@ def backoff_delay(
     retry_number: int, *, base: float, cap: float, random: Callable[[], float]
 ) -> float:
     """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(n-1))]."""
-    ceiling = min(cap, base * (2 ** max(retry_number - 1, 0)))
+    ceiling: float = min(cap, base * 2.0 ** max(retry_number - 1, 0))
     return ceiling * random()

@@ -165,7 +165,9 @@ class Transport:
             raise
         except Exception as exc:
             if self.closed:
-                raise ClientClosedError("the client was closed while the request was in flight")
+                raise ClientClosedError(
+                    "the client was closed while the request was in flight"
+                ) from None
             raise _translate(exc, secret) from exc
 
 
@@ -238,7 +240,7 @@ def _scrub(exc: BaseException, secret: str) -> None:
         )
         exc.request_info = info._replace(headers=CIMultiDictProxy(clean))  # type: ignore[attr-defined]
     if hasattr(exc, "history"):
-        exc.history = ()  # type: ignore[attr-defined]
+        exc.history = ()
 
 
 def _translate(exc: Exception, secret: str) -> AsyncSearchError:

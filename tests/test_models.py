@@ -48,7 +48,7 @@ def test_real_shaped_hit_decodes_every_field() -> None:
     hit = page.hits[0]
     assert page.total == 42
     assert page.has_more is True
-    assert len(hit.embeddings is not None and hit.embeddings.small3_512 or []) == 512
+    assert len((hit.embeddings is not None and hit.embeddings.small3_512) or []) == 512
     assert hit.embeddings is not None
     assert len(hit.embeddings.clip2) == 768
     assert hit.label is not None

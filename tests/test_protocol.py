@@ -194,7 +194,7 @@ def test_ids_that_could_change_the_path_are_refused(bad: str) -> None:
 
 
 def test_id_types() -> None:
-    with pytest.raises(InvalidRequestError, match="job_id must be a UUID string or uuid.UUID"):
+    with pytest.raises(InvalidRequestError, match=r"job_id must be a UUID string or uuid\.UUID"):
         protocol.get_extraction(12345)  # type: ignore[arg-type]
     assert protocol.get_extraction(uuid.UUID(JOB)).target == f"/v2/extract/{JOB}"
 

@@ -1,0 +1,698 @@
+"""AsyncSearchClient over real loopback sockets: what reaches the server, and what comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import threading
+import zlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+import asyncsearch
+from asyncsearch import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AsyncSearchClient,
+    ClientClosedError,
+    ConfigurationError,
+    InternalServerError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitError,
+    ResponseTooLargeError,
+    ResponseValidationError,
+    Timeout,
+    _client,
+)
+
+from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
+
+SAMPLES = Path(__file__).parent / "samples"
+Serve = Callable[[Handler], Awaitable[Server]]
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def sample(name: str) -> bytes:
+    return (SAMPLES / name).read_bytes()
+
+
+def json_answer(body: bytes, status: int = 200, **headers: str) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
+
+
+def routes(table: dict[str, bytes]) -> Handler:
+    """A handler answering by the path's last segment kind."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path.endswith("/v2/search"):
+            return json_answer(table["search"])
+        if path.endswith("/v2/link"):
+            return json_answer(table["link"])
+        if "/webhook-logs/" in path:
+            return json_answer(table["webhook_log"])
+        if path.endswith("/webhook-logs"):
+            return json_answer(table["webhook_logs"])
+        if "/v2/extract/" in path:
+            return json_answer(table["extract"])
+        return web.Response(status=599)
+
+    return handler
+
+
+SAMPLE_ROUTES = {
+    "search": sample("search_page.json"),
+    "link": sample("link_preview.json"),
+    "webhook_log": sample("webhook_log.json"),
+    "webhook_logs": sample("webhook_logs.json"),
+    "extract": sample("extraction_job.json"),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Backoff sleeps are recorded and skipped, so retry tests are fast and exact."""
+    delays: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    return delays
+
+
+def make_client(server: Server, prefix: str = "", **options: Any) -> AsyncSearchClient:
+    return AsyncSearchClient(API_KEY, base_url=server.base_url + prefix, **options)
+
+
+# -- every endpoint: the request on the wire and the typed result ---------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["", "/api", "/api/"])
+async def test_every_endpoint_request_and_decoding(serve: Serve, prefix: str) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    base = prefix.rstrip("/")
+    async with make_client(server, prefix, base_id="base-7") as client:
+        page = await client.search("report", filters={"kinds": ["document"]}, page=2, page_size=10)
+        job = await client.get_extraction(JOB_ID, format="markdown")
+        preview = await client.link_preview("https://example.com/a?b=1&c=2", type="link")
+        logs = await client.list_webhook_logs(JOB_ID)
+        log = await client.get_webhook_log(JOB_ID, LOG_ID)
+
+    assert isinstance(page, asyncsearch.SearchPage)
+    assert page.total == 42
+    assert page.hits[0].embeddings is not None
+    assert len(page.hits[0].embeddings.small3_512) == 512
+    assert isinstance(job, asyncsearch.ExtractionJob)
+    assert job.id == "9b2e4c6a-1d3f-4a5b-8c7d-0e1f2a3b4c5d"
+    assert isinstance(preview, asyncsearch.LinkPreview)
+    assert preview.metadata == {"og:locale": "en_US"}
+    assert [type(item) for item in logs] == [asyncsearch.WebhookLogSummary]
+    assert isinstance(log, asyncsearch.WebhookLog)
+    assert log.response_body == "<html>bad gateway</html>"
+
+    search, extract, link, list_logs, one_log = server.seen
+    assert (search.method, search.path) == ("POST", f"{base}/v2/search")
+    assert json.loads(search.body) == {
+        "text": "report",
+        "filters": {"kinds": ["document"]},
+        "pagination": {"page": 2, "pageSize": 10},
+    }
+    assert search.headers["Content-Type"] == "application/json"
+    assert (extract.method, extract.path, extract.query) == (
+        "GET",
+        f"{base}/v2/extract/{JOB_ID}",
+        {"format": "markdown"},
+    )
+    assert extract.body == b""
+    assert (link.path, link.query) == (
+        f"{base}/v2/link",
+        {"url": "https://example.com/a?b=1&c=2", "type": "link"},
+    )
+    assert list_logs.path == f"{base}/v2/extract/{JOB_ID}/webhook-logs"
+    assert one_log.path == f"{base}/v2/extract/{JOB_ID}/webhook-logs/{LOG_ID}"
+    for seen in server.seen:
+        assert seen.headers["X-Api-Key"] == API_KEY
+        assert seen.headers["X-Service-Base-Id"] == "base-7"
+        assert seen.headers["Accept"] == "application/json"
+        ua = seen.headers["User-Agent"]
+        assert ua.startswith(f"asyncsearch/{asyncsearch.__version__} Python/3.")
+        assert f"aiohttp/{aiohttp.__version__}" in ua
+
+
+async def test_without_base_id_no_base_header_and_extra_headers_sent(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    async with make_client(server, headers={"X-Request-Source": "tests"}) as client:
+        await client.get_extraction(JOB_ID)
+    (seen,) = server.seen
+    assert "X-Service-Base-Id" not in seen.headers
+    assert seen.headers["X-Request-Source"] == "tests"
+    assert seen.query == {}
+
+
+async def test_with_raw_response_gives_status_headers_attempts(serve: Serve) -> None:
+    calls = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return web.Response(status=503)
+        return json_answer(sample("extraction_job.json"), **{"X-Request-Id": "req-1"})
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        raw = await client.with_raw_response.get_extraction(JOB_ID)
+    assert raw.status_code == 200
+    assert raw.headers["x-request-id"] == "req-1"
+    assert raw.attempts == 2
+    assert raw.elapsed >= 0
+    assert raw.content == sample("extraction_job.json")
+    job = raw.parse()
+    assert isinstance(job, asyncsearch.ExtractionJob)
+    assert raw.parse() is job
+    assert "attempts=2" in repr(raw)
+
+
+async def test_raw_response_parse_error_carries_attempts(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return json_answer(b'{"total": "many", "hasMore": false}')
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        raw = await client.with_raw_response.search("x")
+        with pytest.raises(ResponseValidationError) as info:
+            raw.parse()
+    assert info.value.attempts == 1
+    assert info.value.path == "$.total"
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (400, asyncsearch.BadRequestError),
+        (401, asyncsearch.AuthenticationError),
+        (403, asyncsearch.PermissionDeniedError),
+        (404, NotFoundError),
+        (409, asyncsearch.ConflictError),
+        (422, asyncsearch.UnprocessableEntityError),
+    ],
+)
+async def test_final_statuses_are_sent_once(
+    serve: Serve, status: int, cls: type[Exception]
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return json_answer(b'{"error": {"message": "nope"}}', status=status)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(cls) as info:
+            await client.get_extraction(JOB_ID)
+    assert len(server.seen) == 1
+    error = info.value
+    assert isinstance(error, APIStatusError)
+    assert error.status_code == status
+    assert error.attempts == 1
+    assert error.body == {"error": {"message": "nope"}}
+    assert error.method == "GET"
+    assert error.url.endswith(f"/v2/extract/{JOB_ID}")
+    assert "nope" in str(error)
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+async def test_retryable_statuses_then_success(
+    serve: Serve, status: int, no_real_sleep: list[float]
+) -> None:
+    answers = [status, status, 200]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        code = answers.pop(0)
+        if code == 200:
+            return json_answer(sample("extraction_job.json"))
+        return web.Response(status=code)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        job = await client.get_extraction(JOB_ID)
+    assert job.id == JOB_ID
+    assert len(server.seen) == 3
+    assert len(no_real_sleep) == 2
+    # Full jitter: each delay is within its exponential ceiling.
+    assert 0 <= no_real_sleep[0] <= 0.5
+    assert 0 <= no_real_sleep[1] <= 1.0
+
+
+async def test_persistent_503_says_how_many_attempts(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=503, text="down")
+
+    server = await serve(handler)
+    async with make_client(server, max_retries=3) as client:
+        with pytest.raises(InternalServerError) as info:
+            await client.search("x")
+    assert len(server.seen) == 4
+    assert info.value.attempts == 4
+    assert "after 4 attempts" in str(info.value)
+
+
+async def test_max_retries_zero_and_per_call_override(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=500)
+
+    server = await serve(handler)
+    async with make_client(server, max_retries=0) as client:
+        with pytest.raises(InternalServerError):
+            await client.search("x")
+        assert len(server.seen) == 1
+        with pytest.raises(InternalServerError) as info:
+            await client.with_options(max_retries=1).search("x")
+    assert len(server.seen) == 3
+    assert info.value.attempts == 2
+
+
+async def test_retry_after_is_honoured(serve: Serve, no_real_sleep: list[float]) -> None:
+    answers = [("429", {"Retry-After": "2"}), ("503", {"retry-after-ms": "1500"}), ("200", {})]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        code, headers = answers.pop(0)
+        if code == "200":
+            return json_answer(sample("extraction_job.json"))
+        return web.Response(status=int(code), headers=headers)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        await client.get_extraction(JOB_ID)
+    assert no_real_sleep == [2.0, 1.5]
+
+
+async def test_retry_after_above_max_is_raised_at_once(
+    serve: Serve, no_real_sleep: list[float]
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=429, headers={"Retry-After": "120"})
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(RateLimitError) as info:
+            await client.get_extraction(JOB_ID)
+    assert info.value.retry_after == 120.0
+    assert info.value.attempts == 1
+    assert len(server.seen) == 1
+    assert no_real_sleep == []
+
+
+async def test_connection_refused_is_retried_then_raised(no_real_sleep: list[float]) -> None:
+    # Bind and close a socket to get a port that nothing listens on.
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with AsyncSearchClient(API_KEY, base_url=f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(APIConnectionError) as info:
+            await client.get_extraction(JOB_ID)
+    assert not isinstance(info.value, APITimeoutError)
+    assert info.value.attempts == 3
+    assert len(no_real_sleep) == 2
+    assert API_KEY not in repr(info.value.__cause__)
+
+
+async def test_read_timeout_is_a_timeout_error(serve: Serve) -> None:
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(status=200)
+
+    server = await serve(handler)
+    try:
+        async with make_client(server, timeout=Timeout(read=0.2), max_retries=1) as client:
+            with pytest.raises(APITimeoutError) as info:
+                await client.get_extraction(JOB_ID)
+    finally:
+        release.set()
+    assert info.value.attempts == 2
+    assert len(server.seen) == 2
+
+
+async def test_total_timeout_as_a_number(serve: Serve) -> None:
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(status=200)
+
+    server = await serve(handler)
+    try:
+        async with make_client(server, timeout=0.2, max_retries=0) as client:
+            with pytest.raises(APITimeoutError):
+                await client.search("x")
+    finally:
+        release.set()
+
+
+def test_default_timeout_is_finite() -> None:
+    default = Timeout()
+    assert all(
+        v is not None and 0 < v < 1000 for v in (default.connect, default.read, default.total)
+    )
+    assert Timeout.coerce(None) == default
+    assert Timeout.coerce(5) == Timeout(connect=5, read=5, total=5)
+    with pytest.raises(ConfigurationError):
+        Timeout(read=-1)
+    with pytest.raises(ConfigurationError):
+        Timeout(total=float("inf"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>hello</html>", b'{"total": 1, "hasMo', b'{"total": "x", "hasMore": false}', b""],
+)
+async def test_bad_success_bodies_raise_validation_error(serve: Serve, body: bytes) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, status=200, content_type="text/html")
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(ResponseValidationError) as info:
+            await client.search("x")
+    assert info.value.body == body
+    assert info.value.attempts == 1
+    assert len(server.seen) == 1
+
+
+async def test_response_too_large_plain_and_gzip_bomb(serve: Serve) -> None:
+    bomb = gzip.compress(b" " * (20 * 1024 * 1024))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("search"):
+            return web.Response(
+                body=b"[" + b"1," * 600_000 + b"1]", content_type="application/json"
+            )
+        return web.Response(
+            body=bomb, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        )
+
+    server = await serve(handler)
+    async with make_client(server, max_response_bytes=1024 * 1024) as client:
+        with pytest.raises(ResponseTooLargeError) as info:
+            await client.search("x")
+        assert info.value.limit == 1024 * 1024
+        with pytest.raises(ResponseTooLargeError):
+            await client.get_extraction(JOB_ID)
+    assert len(server.seen) == 2
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+async def test_compressed_bodies_are_decoded(serve: Serve, encoding: str) -> None:
+    payload = sample("extraction_job.json")
+    if encoding == "gzip":
+        data = gzip.compress(payload)
+    elif encoding == "deflate":
+        data = zlib.compress(payload)
+    else:
+        compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        data = compressor.compress(payload) + compressor.flush()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        assert "gzip" in request.headers["Accept-Encoding"]
+        header = "deflate" if encoding == "raw-deflate" else encoding
+        return web.Response(
+            body=data, headers={"Content-Encoding": header, "Content-Type": "application/json"}
+        )
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        job = await client.get_extraction(JOB_ID)
+    assert job.id == JOB_ID
+
+
+# -- redirects ------------------------------------------------------------------------------------
+
+
+async def test_same_origin_redirect_is_followed_with_the_key(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path.startswith("/old"):
+            raise web.HTTPTemporaryRedirect(request.path.replace("/old", "", 1))
+        return json_answer(sample("search_page.json"))
+
+    server = await serve(handler)
+    async with make_client(server, "/old") as client:
+        page = await client.search("x")
+    assert page.total == 42
+    first, second = server.seen
+    assert (first.path, second.path) == ("/old/v2/search", "/v2/search")
+    assert second.method == "POST"
+    assert second.body == first.body
+    assert second.headers["X-Api-Key"] == API_KEY
+
+
+async def test_cross_origin_redirect_is_not_followed(serve: Serve) -> None:
+    target = await serve(routes(SAMPLE_ROUTES))
+    other_origin = target.base_url.replace("127.0.0.1", "localhost")
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(other_origin + request.path)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(APIStatusError) as info:
+            await client.get_extraction(JOB_ID)
+    assert info.value.status_code == 302
+    assert "not followed" in str(info.value)
+    assert target.seen == []
+    assert len(server.seen) == 1
+
+
+async def test_redirect_loop_ends_with_a_clear_error(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(request.path)
+
+    server = await serve(handler)
+    async with make_client(server, max_redirects=3) as client:
+        with pytest.raises(APIStatusError, match="more than 3 redirects"):
+            await client.get_extraction(JOB_ID)
+    assert len(server.seen) == 4
+
+
+# -- options and lifecycle ------------------------------------------------------------------------
+
+
+def test_missing_key_and_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ASYNCSEARCH_API_KEY", raising=False)
+    monkeypatch.delenv("ASYNCSEARCH_BASE_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="ASYNCSEARCH_API_KEY"):
+        AsyncSearchClient(base_url="https://api.example.com")
+    with pytest.raises(ConfigurationError, match="ASYNCSEARCH_BASE_URL"):
+        AsyncSearchClient("key")
+
+
+def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASYNCSEARCH_API_KEY", API_KEY)
+    monkeypatch.setenv("ASYNCSEARCH_BASE_URL", "https://api.example.com/prefix/")
+    client = AsyncSearchClient()
+    assert "https://api.example.com/prefix" in repr(client)
+    assert API_KEY not in repr(client)
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"base_url": "http://api.example.com"}, "plain http"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_retries": 1.5}, "max_retries"),
+        ({"max_connections": 0}, "max_connections"),
+        ({"max_response_bytes": 0}, "max_response_bytes"),
+        ({"timeout": "soon"}, "timeout"),
+        ({"headers": {"X-A": "a\r\nX-B: b"}}, "line breaks"),
+        ({"base_id": ""}, "base_id"),
+        ({"ssl": True}, "ssl"),
+        ({"retry_budget": 5}, "retry_budget"),
+        ({"first_page": "1"}, "first_page"),
+        ({"max_retry_after": -1}, "max_retry_after"),
+    ],
+)
+def test_bad_options_raise_configuration_error(options: dict[str, Any], needle: str) -> None:
+    kwargs: dict[str, Any] = {"base_url": "https://api.example.com", **options}
+    with pytest.raises(ConfigurationError, match=needle):
+        AsyncSearchClient(API_KEY, **kwargs)
+
+
+def test_allow_http_for_remote_hosts() -> None:
+    client = AsyncSearchClient(API_KEY, base_url="http://api.example.com", allow_http=True)
+    assert "http://api.example.com" in repr(client)
+
+
+def test_key_not_in_repr_or_vars() -> None:
+    client = AsyncSearchClient(API_KEY, base_url="https://api.example.com")
+    assert API_KEY not in repr(client)
+    assert API_KEY not in str(client)
+    assert API_KEY not in repr(vars(client))
+    assert API_KEY not in repr(client.with_options(base_id="b"))
+
+
+async def test_validation_happens_before_anything_is_sent(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    async with make_client(server) as client:
+        with pytest.raises(InvalidRequestError):
+            await client.search("x" * 256)
+        with pytest.raises(InvalidRequestError):
+            await client.get_extraction("../../etc/passwd")
+        with pytest.raises(InvalidRequestError):
+            await client.link_preview("")
+    assert server.seen == []
+
+
+async def test_closed_client_refuses_use(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    client = make_client(server)
+    await client.get_extraction(JOB_ID)
+    await client.aclose()
+    await client.aclose()  # twice is fine
+    assert client.is_closed
+    with pytest.raises(ClientClosedError, match="closed"):
+        await client.get_extraction(JOB_ID)
+    with pytest.raises(ClientClosedError):
+        client.with_options(max_retries=0)
+    with pytest.raises(RuntimeError):
+        await client.search("x")
+    assert len(server.seen) == 1
+
+
+async def test_with_options_shares_the_pool_and_closing_a_child_keeps_it(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    async with make_client(server) as parent:
+        child = parent.with_options(base_id="b1", timeout=5, headers={"X-Child": "1"})
+        assert child._shared is parent._shared
+        await child.get_extraction(JOB_ID)
+        await child.aclose()
+        assert child.is_closed
+        with pytest.raises(ClientClosedError):
+            await child.get_extraction(JOB_ID)
+        assert not parent.is_closed
+        await parent.get_extraction(JOB_ID)
+        cleared = parent.with_options(base_id="b2").with_options(base_id=None)
+        await cleared.get_extraction(JOB_ID)
+    assert child.is_closed
+    assert parent.is_closed
+    assert server.seen[0].headers["X-Service-Base-Id"] == "b1"
+    assert server.seen[0].headers["X-Child"] == "1"
+    assert "X-Service-Base-Id" not in server.seen[1].headers
+    assert "X-Service-Base-Id" not in server.seen[2].headers
+
+
+async def test_children_fail_once_the_parent_is_closed(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    parent = make_client(server)
+    child = parent.with_options(max_retries=0)
+    await parent.aclose()
+    with pytest.raises(ClientClosedError):
+        await child.get_extraction(JOB_ID)
+    assert server.seen == []
+
+
+async def test_session_passed_in_is_used_and_not_closed(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    async with aiohttp.ClientSession() as session:
+        async with make_client(server, session=session) as client:
+            job = await client.get_extraction(JOB_ID)
+        assert job.id == JOB_ID
+        assert not session.closed
+    assert session.closed
+
+
+async def test_closing_with_requests_in_flight(serve: Serve) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        started.set()
+        await release.wait()
+        return json_answer(sample("extraction_job.json"))
+
+    server = await serve(handler)
+    client = make_client(server)
+    task = asyncio.create_task(client.get_extraction(JOB_ID))
+    await started.wait()
+    await client.aclose()
+    with pytest.raises(ClientClosedError):
+        await task
+    release.set()
+
+
+def test_use_from_another_event_loop_is_a_clear_error() -> None:
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9")
+
+    async def first() -> None:
+        with pytest.raises(APIConnectionError):
+            await client.with_options(max_retries=0).get_extraction(JOB_ID)
+
+    async def second() -> None:
+        with pytest.raises(ClientClosedError, match="another event loop"):
+            await client.get_extraction(JOB_ID)
+        # The session belongs to the first loop; closing it from here must not hang.
+
+    asyncio.run(first())
+    result: list[BaseException] = []
+
+    def run_second() -> None:
+        try:
+            asyncio.run(second())
+        except BaseException as exc:  # pragma: no cover - reported below
+            result.append(exc)
+
+    thread = threading.Thread(target=run_second)
+    thread.start()
+    thread.join(10)
+    assert result == []
+    asyncio.run(_close_on_any_loop(client))
+
+
+async def _close_on_any_loop(client: AsyncSearchClient) -> None:
+    # The first loop is gone; closing must still release the connector without warnings.
+    await client.aclose()
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+
+async def test_logs_one_debug_line_per_attempt_and_info_per_retry(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    answers = [503, 200]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        code = answers.pop(0)
+        if code == 200:
+            return json_answer(sample("extraction_job.json"))
+        return web.Response(status=code, text=f"error mentioning {API_KEY}")
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        await client.get_extraction(JOB_ID)
+    records = [r for r in caplog.records if r.name == "asyncsearch"]
+    debug = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
+    info = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert len(debug) == 2
+    assert f"GET /v2/extract/{JOB_ID} -> 503 (attempt 1" in debug[0]
+    assert f"GET /v2/extract/{JOB_ID} -> 200 (attempt 2" in debug[1]
+    assert len(info) == 1
+    assert "retrying GET" in info[0]
+    assert "status 503" in info[0]
+    for record in records:
+        assert API_KEY not in record.getMessage()
+        assert "error mentioning" not in record.getMessage()  # never a body
