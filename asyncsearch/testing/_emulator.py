@@ -1,0 +1,771 @@
+"""The emulator: an aiohttp.web application serving the spec's endpoints from in-memory data."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hmac
+import secrets
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import msgspec
+from aiohttp import web
+
+from . import _search
+from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
+from ._faults import ENDPOINTS, FaultDecision, Faults
+from ._linkpreview import parse_preview
+from ._requests import check_uuid, parse_search
+from ._seed import seed_base, seed_pages
+from ._store import JobRecord, Store, Workspace, normalize_page_url, random_uuid, stable_uuid
+
+__all__ = [
+    "EmulatorStats",
+    "RecordedRequest",
+    "SearchRecord",
+    "ServiceEmulator",
+    "serve_forever",
+]
+
+API_KEY_HEADER = "X-Api-Key"
+# Only the latest requests are kept (counts stay exact), so a long-running server stays small.
+MAX_RECORDED_REQUESTS = 100_000
+MAX_SEARCH_HISTORY = 10_000
+BASE_HEADER = "X-Service-Base-Id"
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(slots=True)
+class RecordedRequest:
+    """One request the emulator received on a service endpoint."""
+
+    method: str
+    path: str
+    endpoint: str
+    base_id: str | None
+    query: str
+    status: int | None = None  # None while running, and for dropped connections
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRecord:
+    """A search stored in the search history (searches with ``incognito: true`` are not)."""
+
+    base_id: str | None
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class EmulatorStats:
+    """Counters of the service endpoints' requests, for assertions in tests.
+
+    ``counts`` maps endpoint name -> requests received (faulted ones included);
+    ``max_in_flight`` is the most requests handled at the same time over all endpoints, and
+    ``max_in_flight_by_endpoint`` the same per endpoint.
+    """
+
+    requests: deque[RecordedRequest] = field(
+        default_factory=lambda: deque(maxlen=MAX_RECORDED_REQUESTS)
+    )
+    counts: Counter[str] = field(default_factory=Counter)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    in_flight_by_endpoint: Counter[str] = field(default_factory=Counter)
+    max_in_flight_by_endpoint: dict[str, int] = field(default_factory=dict)
+    last_search_ms: float | None = None
+
+    def count(self, endpoint: str | None = None) -> int:
+        """Return how many requests an endpoint (or all of them, for None) received."""
+        return sum(self.counts.values()) if endpoint is None else self.counts[endpoint]
+
+    def reset(self) -> None:
+        """Forget every request and maximum (requests still running stay counted in flight)."""
+        self.requests.clear()
+        self.counts.clear()
+        self.max_in_flight = self.in_flight
+        self.max_in_flight_by_endpoint = {
+            name: n for name, n in self.in_flight_by_endpoint.items() if n
+        }
+        self.last_search_ms = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return the counters as JSON-ready data (for ``GET /_emulator/stats``)."""
+        return {
+            "counts": dict(self.counts),
+            "total": self.count(),
+            "inFlight": self.in_flight,
+            "maxInFlight": self.max_in_flight,
+            "inFlightByEndpoint": {k: v for k, v in self.in_flight_by_endpoint.items() if v},
+            "maxInFlightByEndpoint": dict(self.max_in_flight_by_endpoint),
+            "lastSearchMs": self.last_search_ms,
+        }
+
+    def _enter(self, record: RecordedRequest) -> None:
+        endpoint = record.endpoint
+        self.requests.append(record)
+        self.counts[endpoint] += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.in_flight_by_endpoint[endpoint] += 1
+        self.max_in_flight_by_endpoint[endpoint] = max(
+            self.max_in_flight_by_endpoint.get(endpoint, 0), self.in_flight_by_endpoint[endpoint]
+        )
+
+    def _leave(self, endpoint: str) -> None:
+        self.in_flight -= 1
+        self.in_flight_by_endpoint[endpoint] -= 1
+
+
+def _json(
+    payload: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(payload),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _error(exc: EmulatorHTTPError) -> web.Response:
+    return _json(exc.body(), exc.status, exc.headers)
+
+
+def _check_params(request: web.Request, allowed: Iterable[str]) -> None:
+    unknown = sorted(set(request.query) - set(allowed))
+    if unknown:
+        raise validation_error(f"unknown query parameter {unknown[0]}", unknown[0])
+
+
+def render_markdown(job: Mapping[str, Any]) -> str:
+    """Return the Markdown text ``format=markdown`` puts in ``extraction.common.caption``."""
+    extraction = job.get("extraction") or {}
+    common = extraction.get("common") or {}
+    document = extraction.get("document") or {}
+    web_data = extraction.get("web") or {}
+    media = extraction.get("media") or {}
+    title = document.get("title") or web_data.get("title") or job.get("name")
+    lines = [f"# {title or 'Extraction ' + str(job.get('id'))}", ""]
+    if common.get("caption"):
+        lines += [str(common["caption"]), ""]
+    keywords = common.get("keywords") or []
+    if keywords:
+        lines += ["**Keywords:** " + ", ".join(str(k) for k in keywords), ""]
+    if media.get("ocr"):
+        lines += ["## Text found in the image", "", str(media["ocr"]), ""]
+    if web_data.get("url"):
+        lines += [f"[Source]({web_data['url']})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+class ServiceEmulator:
+    """A local, in-memory stand-in for the search and extraction service, over real HTTP.
+
+    Use ``async with ServiceEmulator(api_key="test-key", seed=7) as emu:`` and point a client
+    at ``emu.base_url`` with ``emu.api_key``. With ``seed`` None the store starts empty; with a
+    seed the workspace (no base header) gets ``n_resources`` resources and ``n_jobs`` jobs and a
+    few link preview pages (``emu.page_urls``). ``first_page`` is the number of the first page
+    of search results; ``use_numpy`` forces (True/False) or auto-detects (None) the numpy path.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        seed: int | None = None,
+        n_resources: int = 200,
+        n_jobs: int = 50,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        first_page: int = 1,
+        use_numpy: bool | None = None,
+        fault_seed: int | None = None,
+        shutdown_timeout: float = 1.0,
+    ) -> None:
+        if api_key == "":
+            raise ValueError("api_key must not be empty (None generates one)")
+        if use_numpy and not _search.HAVE_NUMPY:
+            raise ValueError("use_numpy=True needs numpy installed")
+        self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self.host = host
+        self.first_page = first_page
+        self.use_numpy = use_numpy
+        self.workspace_id = (
+            stable_uuid("workspace", str(seed)) if seed is not None else random_uuid()
+        )
+        self.store = Store(Workspace(self.workspace_id))
+        self.faults = Faults(fault_seed if fault_seed is not None else (seed or 0))
+        self.stats = EmulatorStats()
+        self.search_history: deque[SearchRecord] = deque(maxlen=MAX_SEARCH_HISTORY)
+        self.page_urls: list[str] = []
+        self._requested_port = port
+        self._port: int | None = None
+        self._shutdown_timeout = shutdown_timeout
+        self._runner: web.AppRunner | None = None
+        self.app = self._make_app()
+        if seed is not None:
+            self.seed(n_resources=n_resources, n_jobs=n_jobs, seed=seed)
+            self.page_urls = seed_pages(self.store)
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start serving on ``host:port`` (port 0 picks a free port); see ``base_url``."""
+        if self._runner is not None:
+            raise RuntimeError("the emulator is already running")
+        runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handler_cancellation=True,
+            shutdown_timeout=self._shutdown_timeout,
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self._requested_port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop serving and close every connection; the data is kept for another start()."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        self._port = None
+
+    @property
+    def port(self) -> int:
+        """Return the TCP port being served; raise RuntimeError when not running."""
+        if self._port is None:
+            raise RuntimeError("the emulator is not running; use 'async with' or start()")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """Return the URL to give a client, e.g. ``http://127.0.0.1:41234``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def requests(self) -> deque[RecordedRequest]:
+        """Return the service requests received so far, oldest first (``stats.requests``)."""
+        return self.stats.requests
+
+    # -------------------------------------------------------------- data API
+
+    def add_resource(
+        self,
+        resource: Mapping[str, Any] | None = None,
+        /,
+        *,
+        base_id: str | None = None,
+        text: str | None = None,
+        chunks: Sequence[str | Mapping[str, Any]] | None = None,
+        ancestors: Iterable[str] | None = None,
+        strict: bool = True,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Store a resource and return it complete, as search hits carry it (minus hit fields).
+
+        Fields use wire names (``mimeType``, ``createdAt``); nested objects merge with the
+        defaults. ``text`` (split into chunks of 40 words) or ``chunks`` (texts or chunk dicts)
+        is the searchable content. ``tags`` may be names: each gets an id stable per name.
+        ``ancestors`` are the ids ``filters.ancestorIds`` matches (default: parent, root folder,
+        root). Raises ValueError for an unknown field (unless ``strict=False``) or a duplicate id.
+        """
+        given = {**(resource or {}), **fields}
+        return self.store.add_resource(
+            given, base_id=base_id, text=text, chunks=chunks, ancestors=ancestors, strict=strict
+        )
+
+    def add_job(
+        self,
+        job: Mapping[str, Any] | None = None,
+        /,
+        *,
+        base_id: str | None = None,
+        next_states: Iterable[str] = (),
+        strict: bool = True,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Store an extraction job and return it complete.
+
+        ``next_states`` scripts the job's progress: each GET of the job answers with the
+        current state and then moves to the next one, e.g. ``add_job(state="pending",
+        next_states=["processing", "done"])`` reads pending, processing, done, done, ...
+        """
+        given = {**(job or {}), **fields}
+        return self.store.add_job(given, base_id=base_id, next_states=next_states, strict=strict)
+
+    def set_job_state(self, job_id: str, state: str, *, base_id: str | None = None) -> None:
+        """Set a job's state now (dropping any scripted next states); KeyError when unknown."""
+        record = self.store.job(job_id, base_id)
+        record.wire["state"] = state
+        record.next_states.clear()
+
+    def add_webhook_log(
+        self,
+        job_id: str,
+        log: Mapping[str, Any] | None = None,
+        /,
+        *,
+        base_id: str | None = None,
+        strict: bool = True,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """Store a webhook log (detail form) for a job and return it; KeyError when no job.
+
+        ``attemptNumber`` defaults to one more than the job's log count.
+        """
+        given = {**(log or {}), **fields}
+        return self.store.add_webhook_log(job_id, given, base_id=base_id, strict=strict)
+
+    def add_page(self, url: str, html: str) -> None:
+        """Register the HTML ``GET /v2/link?url=`` parses for ``url`` (shared by all bases)."""
+        self.store.add_page(url, html)
+
+    def seed(
+        self,
+        n_resources: int = 200,
+        n_jobs: int = 50,
+        seed: int = 0,
+        base_id: str | None = None,
+    ) -> None:
+        """Add deterministic realistic resources and jobs (with webhook logs) to a base."""
+        seed_base(self.store, n_resources=n_resources, n_jobs=n_jobs, seed=seed, base_id=base_id)
+
+    def resources(self, base_id: str | None = None) -> list[dict[str, Any]]:
+        """Return copies of a base's resources, in insertion order."""
+        return [copy.deepcopy(d.wire) for d in self.store.base(base_id).index.docs]
+
+    def resource(self, resource_id: str, base_id: str | None = None) -> dict[str, Any]:
+        """Return a copy of one resource; KeyError when the base has none with this id."""
+        return copy.deepcopy(self.store.base(base_id).index.by_id[resource_id].wire)
+
+    def resource_chunks(self, resource_id: str, base_id: str | None = None) -> list[dict[str, Any]]:
+        """Return copies of a resource's text chunks (what text search matches)."""
+        return copy.deepcopy(self.store.base(base_id).index.by_id[resource_id].chunks)
+
+    def jobs(self, base_id: str | None = None) -> list[dict[str, Any]]:
+        """Return copies of a base's extraction jobs, in insertion order."""
+        return [copy.deepcopy(r.wire) for r in self.store.base(base_id).jobs.values()]
+
+    def job(self, job_id: str, base_id: str | None = None) -> dict[str, Any]:
+        """Return a copy of one extraction job; KeyError when unknown."""
+        return copy.deepcopy(self.store.job(job_id, base_id).wire)
+
+    def webhook_logs(self, job_id: str, base_id: str | None = None) -> list[dict[str, Any]]:
+        """Return copies of a job's webhook logs (detail form), in insertion order."""
+        return [copy.deepcopy(v) for v in self.store.job(job_id, base_id).logs.values()]
+
+    # ------------------------------------------------------------ the app
+
+    def _make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=4 * 1024 * 1024)
+        app[EMULATOR_KEY] = self
+        routes = [
+            web.post("/v2/search", self._search, name="search"),
+            web.get("/v2/extract/{jobId}", self._extract, name="extract"),
+            web.get("/v2/link", self._link, name="link"),
+            web.get("/v2/extract/{jobId}/webhook-logs", self._webhook_logs, name="webhook_logs"),
+            web.get(
+                "/v2/extract/{jobId}/webhook-logs/{logId}", self._webhook_log, name="webhook_log"
+            ),
+            web.get("/_emulator/faults", self._control_faults_get),
+            web.post("/_emulator/faults", self._control_faults_set),
+            web.delete("/_emulator/faults", self._control_faults_clear),
+            web.post("/_emulator/faults/script", self._control_faults_script),
+            web.get("/_emulator/stats", self._control_stats),
+            web.post("/_emulator/stats/reset", self._control_stats_reset),
+            web.post("/_emulator/resources", self._control_add_resource),
+            web.post("/_emulator/jobs", self._control_add_job),
+            web.post("/_emulator/jobs/{jobId}/webhook-logs", self._control_add_webhook_log),
+            web.post("/_emulator/pages", self._control_add_page),
+            web.post("/_emulator/seed", self._control_seed),
+        ]
+        app.add_routes(routes)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        name = request.match_info.route.name
+        if name not in ENDPOINTS:
+            return await self._answer(request, handler)
+        record = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            endpoint=name,
+            base_id=request.headers.get(BASE_HEADER),
+            query=request.query_string,
+        )
+        self.stats._enter(record)
+        try:
+            decision = self.faults.decide(name)
+            if decision.latency > 0:
+                await asyncio.sleep(decision.latency)
+            if decision.action == "drop":
+                transport = request.transport
+                if transport is not None:
+                    transport.close()
+                # Nothing reaches the client: aiohttp fails to write this to the closed
+                # transport and drops the error quietly.
+                return web.Response(status=204)
+            response: web.StreamResponse
+            if decision.action == "status":
+                response = self._fault_status(decision)
+            else:
+                response = await self._answer(request, handler)
+            record.status = response.status
+            if decision.action in ("truncate", "slow") and isinstance(response, web.Response):
+                return await self._stream(request, response, decision)
+            return response
+        finally:
+            self.stats._leave(name)
+
+    @staticmethod
+    def _fault_status(decision: FaultDecision) -> web.Response:
+        headers = {}
+        if decision.status == 429 and decision.retry_after is not None:
+            headers["Retry-After"] = decision.retry_after
+        message = {
+            429: "too many requests (injected fault)",
+            500: "internal error (injected fault)",
+            503: "service unavailable (injected fault)",
+        }.get(decision.status, f"status {decision.status} (injected fault)")
+        return _json(error_body(decision.status, message), decision.status, headers)
+
+    @staticmethod
+    async def _stream(
+        request: web.Request, response: web.Response, decision: FaultDecision
+    ) -> web.StreamResponse:
+        body = response.body if isinstance(response.body, bytes) else b""
+        stream = web.StreamResponse(status=response.status, reason=response.reason)
+        for key, value in response.headers.items():
+            if key.lower() != "content-length":
+                stream.headers[key] = value
+        if decision.action == "truncate":
+            # Promise more than is sent, then close: the client sees a short body.
+            stream.content_length = len(body) + max(16, len(body) // 2)
+            stream.force_close()
+            await stream.prepare(request)
+            await stream.write(body[: len(body) // 2])
+            return stream
+        stream.content_length = len(body)
+        await stream.prepare(request)
+        size = max(1, -(-len(body) // decision.slow_chunks))  # ceiling division
+        for start in range(0, len(body), size):
+            if start:
+                await asyncio.sleep(decision.slow_chunk_delay)
+            await stream.write(body[start : start + size])
+        return stream
+
+    async def _answer(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        try:
+            self._authenticate(request)
+            return await handler(request)
+        except EmulatorHTTPError as exc:
+            return _error(exc)
+        except web.HTTPException as exc:
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            message = exc.reason
+            if exc.status == 404:
+                message = f"no route for {request.method} {request.path}"
+            return _json(error_body(exc.status, message), exc.status, headers)
+
+    def _authenticate(self, request: web.Request) -> None:
+        given = request.headers.get(API_KEY_HEADER)
+        if given is None:
+            raise EmulatorHTTPError(401, f"missing {API_KEY_HEADER} header")
+        # Constant-time comparison, like a real service, so timing says nothing about the key.
+        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            raise EmulatorHTTPError(401, "invalid API key")
+
+    @staticmethod
+    def _base_id(request: web.Request) -> str | None:
+        base_id = request.headers.get(BASE_HEADER)
+        if base_id is not None and not base_id.strip():
+            raise validation_error(f"{BASE_HEADER} must not be empty", BASE_HEADER)
+        return base_id
+
+    @staticmethod
+    async def _json_body(request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw.strip():
+            raise EmulatorHTTPError(400, "the request body is empty; send a JSON object")
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise EmulatorHTTPError(400, f"the request body is not valid JSON: {exc}") from None
+
+    # --------------------------------------------------------- service handlers
+
+    async def _search(self, request: web.Request) -> web.StreamResponse:
+        base_id = self._base_id(request)
+        body = await self._json_body(request)
+        started = time.perf_counter()
+        parsed = parse_search(body, first_page=self.first_page)
+        index = self.store.base(base_id).index
+        use_numpy = self.use_numpy if self.use_numpy is not None else _search.HAVE_NUMPY
+        total, page = index.search(parsed, use_numpy=use_numpy)
+        hits = []
+        for doc, score, terms in page:
+            hit = dict(doc.wire)
+            hit["score"] = round(score, 6)
+            hit["chunks"] = index.matched_chunks(doc, terms)
+            hit["embeddings"] = {
+                "small3_512": index.small3.wire_vector(doc.row),
+                "clip2": index.clip2.wire_vector(doc.row),
+            }
+            hits.append(hit)
+        has_more = (parsed.page_index + 1) * parsed.page_size < total
+        response = _json({"total": total, "hasMore": has_more, "hits": hits})
+        self.stats.last_search_ms = (time.perf_counter() - started) * 1000.0
+        if parsed.incognito is not True:
+            self.search_history.append(SearchRecord(base_id, body))
+        return response
+
+    def _job_record(self, request: web.Request) -> JobRecord:
+        base_id = self._base_id(request)
+        job_id = check_uuid(request.match_info["jobId"], "jobId")
+        record = self.store.base(base_id).jobs.get(job_id)
+        if record is None:
+            raise not_found(f"extraction job {job_id} not found", "jobId")
+        return record
+
+    async def _extract(self, request: web.Request) -> web.StreamResponse:
+        _check_params(request, ("format",))
+        fmt = request.query.get("format", "json")
+        if fmt not in ("json", "markdown"):
+            raise validation_error("format must be json or markdown", "format")
+        record = self._job_record(request)
+        job = copy.deepcopy(record.wire)
+        if record.next_states:
+            record.wire["state"] = record.next_states.popleft()
+        if fmt == "markdown":
+            common = job.get("extraction", {}).get("common")
+            if isinstance(common, dict):
+                common["caption"] = render_markdown(job)
+        return _json(job)
+
+    async def _link(self, request: web.Request) -> web.StreamResponse:
+        self._base_id(request)
+        _check_params(request, ("url", "type"))
+        url = request.query.get("url")
+        if url is None:
+            raise validation_error("url is required", "url")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise validation_error("url must be an absolute http(s) URI", "url")
+        kind = request.query.get("type", "cache")
+        if kind not in ("cache", "link"):
+            raise validation_error("type must be cache or link", "type")
+        key = normalize_page_url(url)
+        cached = self.store.preview_cache.get(key)
+        if kind == "cache" and cached is not None:
+            return _json(cached)
+        html = self.store.pages.get(key)
+        if html is None:
+            raise not_found(
+                f"no page registered for {url} (the emulator makes no outside requests; "
+                "register one with add_page)",
+                "url",
+            )
+        preview = parse_preview(url, html)
+        self.store.preview_cache[key] = preview
+        return _json(preview)
+
+    async def _webhook_logs(self, request: web.Request) -> web.StreamResponse:
+        _check_params(request, ())
+        record = self._job_record(request)
+        summary_fields = (
+            "id",
+            "traceId",
+            "attemptNumber",
+            "status",
+            "statusCode",
+            "errorMessage",
+            "firedAt",
+            "createdAt",
+        )
+        items = [{k: log[k] for k in summary_fields if k in log} for log in record.logs.values()]
+        return _json({"items": items})
+
+    async def _webhook_log(self, request: web.Request) -> web.StreamResponse:
+        _check_params(request, ())
+        record = self._job_record(request)
+        log_id = check_uuid(request.match_info["logId"], "logId")
+        log = record.logs.get(log_id)
+        if log is None:
+            raise not_found(f"webhook log {log_id} not found for this job", "logId")
+        return _json(log)
+
+    # --------------------------------------------------------- control handlers
+
+    async def _control_body(self, request: web.Request) -> dict[str, Any]:
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise validation_error("the body must be a JSON object")
+        return body
+
+    async def _control_faults_get(self, request: web.Request) -> web.StreamResponse:
+        return _json(self.faults.snapshot())
+
+    async def _control_faults_set(self, request: web.Request) -> web.StreamResponse:
+        body = await self._control_body(request)
+        try:
+            self.faults.apply(body)
+        except (TypeError, ValueError) as exc:
+            raise validation_error(str(exc)) from None
+        return _json(self.faults.snapshot())
+
+    async def _control_faults_script(self, request: web.Request) -> web.StreamResponse:
+        body = await self._control_body(request)
+        endpoint = body.get("endpoint", "*")
+        sequence = body.get("sequence")
+        if not isinstance(endpoint, str) or not isinstance(sequence, list):
+            raise validation_error('send {"endpoint": "<name>", "sequence": [503, "drop", 200]}')
+        try:
+            self.faults.script(endpoint, sequence)
+        except ValueError as exc:
+            raise validation_error(str(exc)) from None
+        return _json(self.faults.snapshot())
+
+    async def _control_faults_clear(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self.faults.clear(request.query.get("endpoint"))
+        except ValueError as exc:
+            raise validation_error(str(exc), "endpoint") from None
+        return _json(self.faults.snapshot())
+
+    async def _control_stats(self, request: web.Request) -> web.StreamResponse:
+        return _json(self.stats.snapshot())
+
+    async def _control_stats_reset(self, request: web.Request) -> web.StreamResponse:
+        self.stats.reset()
+        return _json(self.stats.snapshot())
+
+    async def _control_add_resource(self, request: web.Request) -> web.StreamResponse:
+        base_id = self._base_id(request)
+        body = await self._control_body(request)
+        try:
+            resource = self.add_resource(
+                body.get("resource") or {},
+                base_id=base_id,
+                text=body.get("text"),
+                chunks=body.get("chunks"),
+                ancestors=body.get("ancestors"),
+                strict=bool(body.get("strict", True)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise validation_error(str(exc)) from None
+        return _json(resource, 201)
+
+    async def _control_add_job(self, request: web.Request) -> web.StreamResponse:
+        base_id = self._base_id(request)
+        body = await self._control_body(request)
+        try:
+            job = self.add_job(
+                body.get("job") or {},
+                base_id=base_id,
+                next_states=body.get("nextStates") or (),
+                strict=bool(body.get("strict", True)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise validation_error(str(exc)) from None
+        return _json(job, 201)
+
+    async def _control_add_webhook_log(self, request: web.Request) -> web.StreamResponse:
+        base_id = self._base_id(request)
+        body = await self._control_body(request)
+        try:
+            log = self.add_webhook_log(
+                request.match_info["jobId"],
+                body.get("log") or {},
+                base_id=base_id,
+                strict=bool(body.get("strict", True)),
+            )
+        except KeyError as exc:
+            raise not_found(str(exc.args[0]), "jobId") from None
+        except (TypeError, ValueError) as exc:
+            raise validation_error(str(exc)) from None
+        return _json(log, 201)
+
+    async def _control_add_page(self, request: web.Request) -> web.StreamResponse:
+        body = await self._control_body(request)
+        url, html = body.get("url"), body.get("html")
+        if not isinstance(url, str) or not isinstance(html, str):
+            raise validation_error('send {"url": "<absolute URL>", "html": "<html>"}')
+        try:
+            self.add_page(url, html)
+        except ValueError as exc:
+            raise validation_error(str(exc), "url") from None
+        return _json({"url": url}, 201)
+
+    async def _control_seed(self, request: web.Request) -> web.StreamResponse:
+        base_id = self._base_id(request)
+        body = await self._control_body(request)
+        values = {"nResources": 200, "nJobs": 50, "seed": 0}
+        for key in values:
+            value = body.get(key, values[key])
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise validation_error(f"{key} must be an integer", key)
+            values[key] = value
+        try:
+            self.seed(values["nResources"], values["nJobs"], values["seed"], base_id)
+        except ValueError as exc:
+            raise validation_error(str(exc)) from None
+        return _json({"resources": len(self.store.base(base_id).index)}, 201)
+
+
+EMULATOR_KEY = web.AppKey("asyncsearch_emulator", ServiceEmulator)
+
+
+async def serve_forever(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    seed: int | None = None,
+    n_resources: int = 200,
+    n_jobs: int = 50,
+    first_page: int = 1,
+    on_ready: Callable[[ServiceEmulator], object] | None = None,
+) -> None:
+    """Run an emulator until cancelled (for a ``serve`` command); prints nothing itself.
+
+    ``on_ready`` is called with the running emulator (read ``base_url`` and ``api_key`` there).
+    """
+    emulator = ServiceEmulator(
+        api_key,
+        seed=seed,
+        n_resources=n_resources,
+        n_jobs=n_jobs,
+        host=host,
+        port=port,
+        first_page=first_page,
+    )
+    async with emulator:
+        if on_ready is not None:
+            on_ready(emulator)
+        await asyncio.Event().wait()

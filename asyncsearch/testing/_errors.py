@@ -1,0 +1,70 @@
+"""The emulator's one error body shape, and the exception its handlers raise to produce it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CODES", "EmulatorHTTPError", "error_body", "not_found", "validation_error"]
+
+# The machine-readable code sent for each status; a status not listed gets "error".
+CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "rate_limited",
+    500: "internal_error",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "gateway_timeout",
+}
+
+
+def error_body(
+    status: int, message: str, *, code: str | None = None, field: str | None = None
+) -> dict[str, Any]:
+    """Return the JSON error body the emulator sends with every non-2xx answer."""
+    return {
+        "error": {
+            "status": status,
+            "code": code if code is not None else CODES.get(status, "error"),
+            "message": message,
+            "field": field,
+        }
+    }
+
+
+class EmulatorHTTPError(Exception):
+    """Raised inside a handler to answer with a JSON error body instead of a result."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.field = field
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """Return the JSON error body for this error."""
+        return error_body(self.status, self.message, code=self.code, field=self.field)
+
+
+def validation_error(message: str, field: str | None = None) -> EmulatorHTTPError:
+    """Return a 422 error naming the offending request field."""
+    return EmulatorHTTPError(422, message, field=field)
+
+
+def not_found(message: str, field: str | None = None) -> EmulatorHTTPError:
+    """Return a 404 error."""
+    return EmulatorHTTPError(404, message, field=field)

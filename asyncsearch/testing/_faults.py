@@ -1,0 +1,257 @@
+"""Fault injection: added latency, error statuses, cut connections and damaged bodies.
+
+Settings are kept per endpoint ("search", "extract", "link", "webhook_logs", "webhook_log")
+and for "*" (all of them); an endpoint's own settings override the "*" ones field by field.
+Rates are probabilities drawn from one seeded RNG per emulator (one draw per request), so a run
+is reproducible; scripts are exact: each request takes the next scripted action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ENDPOINTS",
+    "SCRIPT_ACTIONS",
+    "FaultConfig",
+    "FaultDecision",
+    "Faults",
+]
+
+ENDPOINTS = ("search", "extract", "link", "webhook_logs", "webhook_log")
+# Named actions a script may hold besides HTTP status codes.
+SCRIPT_ACTIONS = ("ok", "drop", "truncate", "slow")
+
+Action = Literal["pass", "status", "drop", "truncate", "slow"]
+
+_RATES = ("drop_connection", "rate_429", "rate_500", "rate_503", "truncate_body", "slow_body")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """The effective fault settings of one endpoint.
+
+    ``latency`` seconds are waited before every answer. The rates are probabilities of, in this
+    order of the single draw: a dropped connection (closed with no answer), a 429 (with
+    ``Retry-After: retry_after`` unless it is None), a 500, a 503, a truncated body (the
+    Content-Length promises more than is sent, then the connection closes) and a slow body
+    (written in ``slow_chunks`` equal pieces, ``slow_chunk_delay`` seconds apart, so it takes
+    about ``(slow_chunks - 1) * slow_chunk_delay`` seconds whatever its size).
+    """
+
+    latency: float = 0.0
+    rate_429: float = 0.0
+    retry_after: float | str | None = 1
+    rate_500: float = 0.0
+    rate_503: float = 0.0
+    drop_connection: float = 0.0
+    truncate_body: float = 0.0
+    slow_body: float = 0.0
+    slow_chunks: int = 10
+    slow_chunk_delay: float = 0.05
+
+
+_FIELDS = {f.name for f in dataclasses.fields(FaultConfig)}
+
+
+@dataclass(frozen=True, slots=True)
+class FaultDecision:
+    """What to do with one request."""
+
+    latency: float
+    action: Action
+    status: int = 200
+    retry_after: str | None = None
+    slow_chunks: int = 10
+    slow_chunk_delay: float = 0.05
+
+
+def _check_value(name: str, value: Any) -> Any:
+    if name not in _FIELDS:
+        raise ValueError(f"unknown fault setting {name!r}; known: {sorted(_FIELDS)}")
+    if name == "retry_after":
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError("retry_after must be a non-negative number, a string or None")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a number")
+    if name == "slow_chunks":
+        if not isinstance(value, int) or value < 1:
+            raise ValueError("slow_chunks must be a positive integer")
+        return value
+    if name in _RATES and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability between 0 and 1")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return float(value)
+
+
+def _check_endpoint(endpoint: str) -> str:
+    if endpoint != "*" and endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown endpoint {endpoint!r}; known: '*', {', '.join(ENDPOINTS)}")
+    return endpoint
+
+
+def _check_action(action: Any) -> int | str:
+    if isinstance(action, bool):
+        raise ValueError(f"bad script action {action!r}")
+    if isinstance(action, int):
+        if not 100 <= action <= 599:
+            raise ValueError(f"a scripted status must be between 100 and 599, not {action}")
+        return action
+    if isinstance(action, str) and action in SCRIPT_ACTIONS:
+        return action
+    raise ValueError(
+        f"bad script action {action!r}: use an HTTP status or one of {', '.join(SCRIPT_ACTIONS)}"
+    )
+
+
+def format_retry_after(value: float | str | None) -> str | None:
+    """Return the Retry-After header value for a setting (whole numbers without decimals)."""
+    if value is None or isinstance(value, str):
+        return value
+    if float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class Faults:
+    """Run-time fault settings and scripts of one emulator; see the module docstring."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._settings: dict[str, dict[str, Any]] = {}
+        self._scripts: dict[str, deque[int | str]] = {}
+        self._rng = random.Random(seed)
+
+    def set(self, endpoint: str = "*", **settings: Any) -> FaultConfig:
+        """Change some settings of an endpoint (or "*") and return its effective config.
+
+        Raises ValueError for an unknown endpoint or setting, a rate outside [0, 1], or rates
+        of one endpoint that add up to more than 1.
+        """
+        _check_endpoint(endpoint)
+        checked = {name: _check_value(name, value) for name, value in settings.items()}
+        prospective = dict(self._settings)
+        prospective[endpoint] = {**self._settings.get(endpoint, {}), **checked}
+        for name in ENDPOINTS:
+            merged = {**prospective.get("*", {}), **prospective.get(name, {})}
+            total = sum(float(merged.get(rate, 0.0)) for rate in _RATES)
+            if total > 1.0 + 1e-9:
+                raise ValueError(f"the fault rates of {name!r} add up to {total:g}, more than 1")
+        self._settings = prospective
+        return self.config(endpoint)
+
+    def script(self, endpoint: str, sequence: Iterable[int | str]) -> None:
+        """Answer the next requests of an endpoint (or "*") with these actions, in order.
+
+        An action is an HTTP status (2xx means "answer normally"; others get the JSON error
+        body, 429 with Retry-After) or "ok", "drop", "truncate" or "slow". A script replaces the
+        endpoint's previous one; while it lasts the random rates are not drawn. An endpoint's
+        own script goes before the "*" script.
+        """
+        _check_endpoint(endpoint)
+        actions = deque(_check_action(a) for a in sequence)
+        if actions:
+            self._scripts[endpoint] = actions
+        else:
+            self._scripts.pop(endpoint, None)
+
+    def clear(self, endpoint: str | None = None) -> None:
+        """Remove the settings and script of one endpoint, or of all when None."""
+        if endpoint is None:
+            self._settings.clear()
+            self._scripts.clear()
+            return
+        _check_endpoint(endpoint)
+        self._settings.pop(endpoint, None)
+        self._scripts.pop(endpoint, None)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the random draws from ``seed`` (for reproducible runs)."""
+        self._rng = random.Random(seed)
+
+    def config(self, endpoint: str) -> FaultConfig:
+        """Return the effective settings of an endpoint ("*" settings under its own)."""
+        _check_endpoint(endpoint)
+        merged = {**self._settings.get("*", {}), **self._settings.get(endpoint, {})}
+        return FaultConfig(**merged)
+
+    def remaining_script(self, endpoint: str) -> list[int | str]:
+        """Return the actions still scripted for an endpoint (or "*")."""
+        return list(self._scripts.get(endpoint, ()))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return the settings and scripts as JSON-ready data (for the HTTP control API)."""
+        return {
+            "settings": {name: dict(values) for name, values in self._settings.items()},
+            "scripts": {name: list(actions) for name, actions in self._scripts.items()},
+        }
+
+    def apply(self, payload: Mapping[str, Any]) -> FaultConfig:
+        """Apply a JSON control body: ``{"endpoint": "search", "<setting>": value, ...}``."""
+        settings = dict(payload)
+        endpoint = settings.pop("endpoint", "*")
+        if not isinstance(endpoint, str):
+            raise ValueError("endpoint must be a string")
+        return self.set(endpoint, **settings)
+
+    def decide(self, endpoint: str) -> FaultDecision:
+        """Return what to do with the next request to ``endpoint`` (consumes script and RNG)."""
+        config = self.config(endpoint)
+        retry_after = format_retry_after(config.retry_after)
+        common: dict[str, Any] = {
+            "latency": config.latency,
+            "retry_after": retry_after,
+            "slow_chunks": config.slow_chunks,
+            "slow_chunk_delay": config.slow_chunk_delay,
+        }
+        for name in (endpoint, "*"):
+            queue = self._scripts.get(name)
+            if queue:
+                action = queue.popleft()
+                if not queue:
+                    del self._scripts[name]
+                return _scripted(action, common)
+        rates = [getattr(config, rate) for rate in _RATES]
+        if not any(rates):
+            return FaultDecision(action="pass", **common)
+        draw = self._rng.random()
+        edge = 0.0
+        for rate_name, rate in zip(_RATES, rates, strict=True):
+            edge += rate
+            if draw < edge:
+                return _from_rate(rate_name, common)
+        return FaultDecision(action="pass", **common)
+
+
+def _scripted(action: int | str, common: dict[str, Any]) -> FaultDecision:
+    if isinstance(action, int):
+        if 200 <= action < 300:
+            return FaultDecision(action="pass", **common)
+        return FaultDecision(action="status", status=action, **common)
+    if action == "ok":
+        return FaultDecision(action="pass", **common)
+    if action == "drop":
+        return FaultDecision(action="drop", **common)
+    if action == "truncate":
+        return FaultDecision(action="truncate", **common)
+    return FaultDecision(action="slow", **common)
+
+
+def _from_rate(rate_name: str, common: dict[str, Any]) -> FaultDecision:
+    if rate_name == "drop_connection":
+        return FaultDecision(action="drop", **common)
+    if rate_name == "truncate_body":
+        return FaultDecision(action="truncate", **common)
+    if rate_name == "slow_body":
+        return FaultDecision(action="slow", **common)
+    status = {"rate_429": 429, "rate_500": 500, "rate_503": 503}[rate_name]
+    return FaultDecision(action="status", status=status, **common)

@@ -1,0 +1,348 @@
+"""Fault injection and request counters of the emulator, seen from a plain HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from asyncsearch.testing import FaultConfig, Faults, ServiceEmulator
+
+KEY = "test-key"
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[ServiceEmulator]:
+    async with ServiceEmulator(api_key=KEY, seed=7, n_resources=40, n_jobs=5) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(
+        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
+    ) as session:
+        yield session
+
+
+async def status_of(http: aiohttp.ClientSession, body: dict[str, Any] | None = None) -> int:
+    async with http.post("/v2/search", json=body or {}) as response:
+        await response.read()
+        return response.status
+
+
+# ------------------------------------------------------------------------ fault kinds
+
+
+async def test_a_429_carries_retry_after_and_the_error_body(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", rate_429=1.0, retry_after=3)
+    async with http.post("/v2/search", json={}) as response:
+        assert response.status == 429
+        assert response.headers["Retry-After"] == "3"
+        body = await response.json()
+    assert body["error"]["code"] == "rate_limited"
+    emu.faults.set("search", retry_after=0.5)
+    async with http.post("/v2/search", json={}) as response:
+        assert response.headers["Retry-After"] == "0.5"
+    emu.faults.set("search", retry_after=None)
+    async with http.post("/v2/search", json={}) as response:
+        assert response.status == 429
+        assert "Retry-After" not in response.headers
+
+
+@pytest.mark.parametrize(("setting", "status"), [("rate_500", 500), ("rate_503", 503)])
+async def test_server_errors_are_injected(
+    http: aiohttp.ClientSession, emu: ServiceEmulator, setting: str, status: int
+) -> None:
+    emu.faults.set("search", **{setting: 1.0})
+    async with http.post("/v2/search", json={}) as response:
+        assert response.status == status
+        assert (await response.json())["error"]["status"] == status
+
+
+async def test_a_dropped_connection_raises_a_client_connection_error(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", drop_connection=1.0)
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with http.post("/v2/search", json={}) as response:
+            await response.read()
+    emu.faults.clear()
+    assert await status_of(http) == 200, "the session recovers on a new connection"
+    assert [r.status for r in emu.requests] == [None, 200]
+
+
+async def test_a_truncated_body_raises_a_payload_error(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", truncate_body=1.0)
+    async with http.post("/v2/search", json={}) as response:
+        assert response.status == 200
+        assert response.content_length is not None
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+
+
+async def test_a_slow_body_arrives_whole_but_late(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    async with http.post("/v2/search", json={}) as response:
+        expected = await response.read()
+    emu.faults.set("search", slow_body=1.0, slow_chunks=5, slow_chunk_delay=0.05)
+    started = time.perf_counter()
+    async with http.post("/v2/search", json={}) as response:
+        assert response.status == 200
+        body = await response.read()
+    assert time.perf_counter() - started >= 4 * 0.05 * 0.9
+    assert body == expected
+
+
+async def test_a_slow_body_can_trip_a_client_read_timeout(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", slow_body=1.0, slow_chunks=3, slow_chunk_delay=1.0)
+    timeout = aiohttp.ClientTimeout(sock_read=0.2)
+    with pytest.raises(asyncio.TimeoutError):
+        async with http.post("/v2/search", json={}, timeout=timeout) as response:
+            await response.read()
+
+
+async def test_latency_delays_the_answer(http: aiohttp.ClientSession, emu: ServiceEmulator) -> None:
+    emu.faults.set("link", latency=0.2)
+    started = time.perf_counter()
+    assert await status_of(http) == 200
+    fast = time.perf_counter() - started
+    started = time.perf_counter()
+    async with http.get("/v2/link", params={"url": emu.page_urls[0]}) as response:
+        assert response.status == 200
+    slow = time.perf_counter() - started
+    assert slow >= 0.19
+    assert fast < slow, "only the link endpoint is delayed"
+
+
+# --------------------------------------------------------------------------- scripts
+
+
+async def test_a_script_answers_exactly_in_order_then_falls_back(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    job = emu.jobs()[0]["id"]
+    emu.faults.script("extract", [503, 503, 200, 429, "ok"])
+    statuses = []
+    for _ in range(7):
+        async with http.get(f"/v2/extract/{job}") as response:
+            statuses.append(response.status)
+    assert statuses == [503, 503, 200, 429, 200, 200, 200]
+    assert emu.stats.count("extract") == 7
+    assert emu.stats.count("search") == 0
+    assert emu.faults.remaining_script("extract") == []
+
+
+async def test_scripted_actions_cover_every_fault_kind(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", slow_chunk_delay=0.01)
+    emu.faults.script("search", ["drop", "truncate", "slow", 500])
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await status_of(http)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await status_of(http)
+    assert await status_of(http) == 200
+    assert await status_of(http) == 500
+    assert await status_of(http) == 200
+
+
+async def test_an_endpoint_script_goes_before_the_star_script(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.script("*", [502, 504])
+    emu.faults.script("search", [418])
+    assert await status_of(http) == 418
+    assert await status_of(http) == 502
+    async with http.get("/v2/link", params={"url": emu.page_urls[0]}) as response:
+        assert response.status == 504
+    assert await status_of(http) == 200
+
+
+async def test_scripts_make_no_random_draws(emu: ServiceEmulator) -> None:
+    faults = Faults(seed=1)
+    faults.set("search", rate_500=0.5)
+    faults.script("search", [200, 200])
+    faults.decide("search")
+    faults.decide("search")
+    after_script = [faults.decide("search").action for _ in range(20)]
+    fresh = Faults(seed=1)
+    fresh.set("search", rate_500=0.5)
+    assert after_script == [fresh.decide("search").action for _ in range(20)]
+
+
+# ----------------------------------------------------------------------- rates & config
+
+
+async def test_rates_are_reproducible_from_the_seed(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", rate_500=0.3, rate_503=0.3)
+    runs = []
+    for _ in range(2):
+        emu.faults.reseed(42)
+        runs.append([await status_of(http) for _ in range(30)])
+    assert runs[0] == runs[1]
+    assert {200, 500, 503} == set(runs[0])
+
+
+def test_endpoint_settings_override_star_settings_field_by_field() -> None:
+    faults = Faults()
+    faults.set("*", latency=0.1, rate_500=0.2)
+    faults.set("search", rate_500=0.0, rate_429=0.5)
+    assert faults.config("search") == FaultConfig(latency=0.1, rate_500=0.0, rate_429=0.5)
+    assert faults.config("extract") == FaultConfig(latency=0.1, rate_500=0.2)
+    faults.clear("search")
+    assert faults.config("search") == FaultConfig(latency=0.1, rate_500=0.2)
+    faults.clear()
+    assert faults.config("search") == FaultConfig()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "settings", "match"),
+    [
+        ("searches", {"latency": 1.0}, "unknown endpoint"),
+        ("search", {"rate_404": 0.5}, "unknown fault setting"),
+        ("search", {"rate_500": 1.5}, "probability"),
+        ("search", {"latency": -1}, "negative"),
+        ("search", {"latency": "slow"}, "number"),
+        ("search", {"rate_500": 0.6, "rate_503": 0.6}, "more than 1"),
+        ("search", {"slow_chunks": 0}, "positive"),
+    ],
+)
+def test_bad_settings_are_refused(endpoint: str, settings: dict[str, Any], match: str) -> None:
+    faults = Faults()
+    with pytest.raises(ValueError, match=match):
+        faults.set(endpoint, **settings)
+    assert faults.snapshot() == {"settings": {}, "scripts": {}}
+
+
+def test_rates_from_star_and_endpoint_must_not_add_up_past_one() -> None:
+    faults = Faults()
+    faults.set("search", rate_500=0.7)
+    with pytest.raises(ValueError, match="'search'"):
+        faults.set("*", rate_503=0.5)
+
+
+@pytest.mark.parametrize("action", [99, 600, "explode", True])
+def test_bad_script_actions_are_refused(action: Any) -> None:
+    with pytest.raises(ValueError, match=r"script action|between 100 and 599"):
+        Faults().script("search", [action])
+
+
+# --------------------------------------------------------------------- HTTP control API
+
+
+async def test_faults_can_be_steered_over_http(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    async with http.post(
+        "/_emulator/faults", json={"endpoint": "search", "rate_503": 1.0}
+    ) as response:
+        assert response.status == 200
+        assert (await response.json())["settings"] == {"search": {"rate_503": 1.0}}
+    assert await status_of(http) == 503
+    async with http.delete("/_emulator/faults", params={"endpoint": "search"}) as response:
+        assert response.status == 200
+    assert await status_of(http) == 200
+    async with http.post(
+        "/_emulator/faults/script", json={"endpoint": "search", "sequence": [500, "ok"]}
+    ) as response:
+        assert response.status == 200
+    async with http.get("/_emulator/faults") as response:
+        assert (await response.json())["scripts"] == {"search": [500, "ok"]}
+    assert [await status_of(http) for _ in range(3)] == [500, 200, 200]
+    async with http.post("/_emulator/faults", json={"endpoint": "search", "rate_500": 7}) as r:
+        assert r.status == 422
+    async with http.get("/_emulator/stats") as response:
+        stats = await response.json()
+    assert stats["counts"] == {"search": 5}
+    assert stats["total"] == 5
+    assert stats["inFlight"] == 0
+    async with http.post("/_emulator/stats/reset") as response:
+        assert (await response.json())["total"] == 0
+    assert emu.stats.count() == 0
+
+
+async def test_the_control_api_needs_the_key(emu: ServiceEmulator) -> None:
+    async with (
+        aiohttp.ClientSession(emu.base_url) as session,
+        session.post("/_emulator/faults", json={"rate_500": 1.0}) as response,
+    ):
+        assert response.status == 401
+    assert emu.faults.config("search") == FaultConfig()
+
+
+async def test_faults_apply_before_authentication(emu: ServiceEmulator) -> None:
+    emu.faults.script("search", [503])
+    async with (
+        aiohttp.ClientSession(emu.base_url) as session,
+        session.post("/v2/search", json={}) as response,
+    ):
+        assert response.status == 503
+
+
+# ---------------------------------------------------------------------------- counters
+
+
+async def test_requests_are_recorded_with_endpoint_base_and_status(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    job = emu.jobs()[0]["id"]
+    await status_of(http)
+    async with http.get(f"/v2/extract/{job}", headers={"X-Service-Base-Id": "b1"}) as response:
+        assert response.status == 404
+    async with http.get(f"/v2/extract/{job}/webhook-logs") as response:
+        assert response.status == 200
+    async with http.get("/_emulator/stats"):
+        pass
+    assert [(r.method, r.path, r.endpoint, r.base_id, r.status) for r in emu.requests] == [
+        ("POST", "/v2/search", "search", None, 200),
+        ("GET", f"/v2/extract/{job}", "extract", "b1", 404),
+        ("GET", f"/v2/extract/{job}/webhook-logs", "webhook_logs", None, 200),
+    ]
+    assert emu.stats.counts == {"search": 1, "extract": 1, "webhook_logs": 1}
+    assert emu.stats.count() == 3
+
+
+async def test_in_flight_counters_see_the_real_concurrency(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", latency=0.2)
+    async with asyncio.timeout(10):
+        statuses = await asyncio.gather(*(status_of(http) for _ in range(5)))
+    assert statuses == [200] * 5
+    assert emu.stats.max_in_flight == 5
+    assert emu.stats.max_in_flight_by_endpoint == {"search": 5}
+    assert emu.stats.in_flight == 0
+    emu.stats.reset()
+    for _ in range(3):
+        await status_of(http)
+    assert emu.stats.max_in_flight == 1
+    assert emu.stats.count("search") == 3
+
+
+async def test_a_client_giving_up_leaves_no_request_in_flight(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.set("search", latency=5.0)
+    with pytest.raises(asyncio.TimeoutError):
+        async with http.post("/v2/search", json={}, timeout=aiohttp.ClientTimeout(total=0.2)):
+            pass
+    for _ in range(500):  # the server notices the closed connection a moment later
+        if not emu.stats.in_flight:
+            break
+        await asyncio.sleep(0.01)
+    assert emu.stats.in_flight == 0
+    assert emu.stats.max_in_flight == 1
