@@ -85,6 +85,11 @@ class Transport:
                 # Decompression happens in _read_body, in bounded steps.
                 auto_decompress=False,
             )
+            # aiohttp quietly resends an idempotent request once when the server drops the
+            # connection. The client's own retry loop decides about retries (and counts them
+            # against max_retries and the retry budget), so that hidden resend is turned off.
+            if hasattr(self._session, "_retry_connection"):
+                setattr(self._session, "_retry_connection", False)  # noqa: B010
         elif self._session.closed:
             raise ClientClosedError("the aiohttp session passed to the client is closed")
         return self._session
@@ -139,7 +144,7 @@ class Transport:
                     if resp.status in _REDIRECTS and location is not None:
                         target = redirect_target(current_url, location)
                         if target is not None:
-                            await resp.read()
+                            resp.release()
                             if resp.status == 303 or (
                                 resp.status in (301, 302) and current_method == "POST"
                             ):
