@@ -1,0 +1,1135 @@
+"""Generic machinery for many calls at once: fan-out, page walking, adaptive limits, retry budgets.
+
+Nothing here knows the search service. The client composes these pieces into its bulk and
+paging methods:
+
+- ``fan_out(func, items)`` calls an async function for every item with bounded concurrency and
+  bounded memory, yielding one ``Outcome`` per item (errors are captured, never raised).
+- ``Pager`` walks any "fetch page n" function, page by page or item by item, prefetching the
+  next page while the caller works on the current one, and stops on every way a paged API can
+  end (or misbehave).
+- ``AdaptiveConcurrency`` is an AIMD limit on calls in flight with a shared pause, for backing off
+  when the service says it is overloaded.
+- ``RetryBudget`` is a token bucket that caps how much retrying a client may do, in the manner of
+  the AWS SDKs' "standard" retry mode.
+
+Everything here lives in one event loop (asyncio; anyio is used only for shielded cleanup) and is
+not thread-safe. The iterators clean up on every way out: exhausted, ``aclose()``, ``async with``,
+an exception in the loop body, cancellation of the caller, and a bare ``break`` (then the work
+is cancelled when the dropped iterator is garbage collected, which CPython does at once, and is
+gone a loop turn or two later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Iterator,
+    Sequence,
+    Sized,
+)
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, Literal, Self, TypeVar, cast, overload
+
+import anyio
+
+from asyncsearch._errors import ConfigurationError, InvalidRequestError
+
+__all__ = [
+    "AdaptiveConcurrency",
+    "FanOut",
+    "Outcome",
+    "Pager",
+    "RetryBudget",
+    "fan_out",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = TypeVar("P")
+I = TypeVar("I")  # noqa: E741 - the item type of a page, next to P for the page
+Y = TypeVar("Y")
+
+_LOGGER = logging.getLogger(__name__)
+
+# How many items may be started but not yet handed to the consumer, as a multiple of
+# `concurrency`. Unordered: the calls in flight plus as many finished outcomes waiting. Ordered:
+# more room, so that one slow item at the head does not stall every other call at once.
+_UNORDERED_WINDOW = 2
+_ORDERED_WINDOW = 4
+
+# Event-loop turns given to a prefetch task before the current page is handed over. A task that
+# is only created sends nothing until the loop runs it; if the caller then does blocking work,
+# the prefetch gains nothing. One turn is enough for aiohttp on a pooled connection; the rest
+# is headroom for awaits inside the client's fetch function (retry bookkeeping, limiters).
+_PREFETCH_HEAD_START_TURNS = 3
+
+# With dedupe, this many pages in a row with nothing new end the walk: a service that cycles
+# through the same pages would otherwise be fetched forever without yielding anything.
+_MAX_STALE_PAGES = 3
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _cancel_from_finaliser(task: asyncio.Task[Any]) -> None:
+    """Cancel a task from ``__del__``, which may run on any thread and after the loop closed."""
+    if task.done():
+        return
+    loop = task.get_loop()
+    if loop.is_closed():
+        return
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    # A closed loop between the check and the call is not worth a traceback from a finaliser.
+    with contextlib.suppress(RuntimeError):
+        if running is loop:
+            task.cancel()
+        else:
+            loop.call_soon_threadsafe(task.cancel)
+
+
+async def _wait_shielded(tasks: set[asyncio.Task[Any]]) -> None:
+    """Wait for already-cancelled tasks to finish, even while the caller is being cancelled."""
+    if tasks:
+        # Shielded so that an enclosing anyio cancel scope (fail_after, a cancelled task group)
+        # does not interrupt the cleanup and leave tasks running behind the caller's back.
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks)
+
+
+# --------------------------------------------------------------------------------------------
+# fan_out
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T, R]):
+    """What one call made by ``fan_out`` came to: its item, and its value or its error.
+
+    ``value`` is the function's return value, or ``None`` when it raised; ``error`` is the exception
+    it raised, or ``None``. Only ``Exception`` is captured; cancellation and other
+    ``BaseException`` propagate out of the fan-out instead.
+    """
+
+    item: T
+    value: R | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the call returned instead of raising."""
+        return self.error is None
+
+
+def fan_out(
+    func: Callable[[T], Awaitable[R]],
+    items: Iterable[T] | AsyncIterable[T],
+    *,
+    concurrency: int = 16,
+    ordered: bool = False,
+    on_progress: Callable[[int, int | None], object] | None = None,
+    controller: AdaptiveConcurrency | None = None,
+) -> FanOut[T, R]:
+    """Call ``await func(item)`` for every item, at most ``concurrency`` at a time.
+
+    Iterate the result with ``async for`` (ideally inside ``async with``) to receive one
+    ``Outcome`` per item. Items are read lazily and memory stays bounded however many there are:
+    at most ``concurrency`` calls run at once, and at most ``2 * concurrency`` items
+    (``4 * concurrency`` when ``ordered``) are started whose outcomes the consumer has not taken
+    yet; a slow consumer therefore holds new calls back. Each occurrence of a duplicate item is
+    called once.
+
+    :param func: the async function to call; an ``Exception`` it raises is captured in the
+        item's outcome. If it raises ``CancelledError`` (or another ``BaseException``) that
+        propagates out of the iteration and the fan-out stops.
+    :param items: an iterable or async iterable. An async iterable is advanced by the fan-out's
+        worker tasks, one at a time; an async iterator with ``aclose()`` (an async generator) is
+        closed when the fan-out stops early. An exception raised by the items themselves is
+        raised from the iteration after the outcomes of the items before it.
+    :param ordered: yield outcomes in the order of ``items`` instead of as they complete.
+    :param on_progress: called as ``on_progress(done, total)`` each time a call finishes;
+        ``total`` is ``len(items)`` when ``items`` has a length, else ``None``. An exception from
+        it is a bug in the caller: it stops the fan-out and is raised from the iteration.
+    :param controller: an ``AdaptiveConcurrency`` that also bounds the calls in flight (it may be
+        shared with other fan-outs) and holds new calls back while it is paused.
+    :raises InvalidRequestError: at once, before anything starts, for bad arguments.
+    """
+    if not callable(func):
+        raise InvalidRequestError("func must be callable")
+    if not _is_int(concurrency) or concurrency < 1:
+        raise InvalidRequestError(f"concurrency must be an integer >= 1, not {concurrency!r}")
+    if not isinstance(items, AsyncIterable | Iterable):
+        raise InvalidRequestError(
+            f"items must be an iterable or an async iterable, not {type(items).__name__}"
+        )
+    if on_progress is not None and not callable(on_progress):
+        raise InvalidRequestError("on_progress must be callable or None")
+    if controller is not None and not isinstance(controller, AdaptiveConcurrency):
+        raise InvalidRequestError("controller must be an AdaptiveConcurrency or None")
+    total = len(items) if isinstance(items, Sized) else None
+    return FanOut(
+        func,
+        items,
+        concurrency=concurrency,
+        ordered=bool(ordered),
+        on_progress=on_progress,
+        total=total,
+        controller=controller,
+    )
+
+
+class _FanOutRun(Generic[T, R]):
+    """The running part of a fan-out, shared by its worker tasks.
+
+    It never refers back to its ``FanOut``: that way a ``FanOut`` dropped by a bare ``break`` is
+    garbage collected and its finaliser can cancel the workers.
+    """
+
+    def __init__(
+        self,
+        func: Callable[[T], Awaitable[R]],
+        items: Iterable[T] | AsyncIterable[T],
+        *,
+        concurrency: int,
+        ordered: bool,
+        on_progress: Callable[[int, int | None], object] | None,
+        total: int | None,
+        controller: AdaptiveConcurrency | None,
+    ) -> None:
+        self.func = func
+        self.on_progress = on_progress
+        self.total = total
+        self.controller = controller
+        self.ordered = ordered
+        self.sync_source: Iterator[T] | None = None
+        self.async_source: AsyncIterator[T] | None = None
+        if isinstance(items, AsyncIterable):
+            self.async_source = aiter(items)
+        else:
+            self.sync_source = iter(items)
+        # One ticket per item started and not yet taken by the consumer: the bound on memory
+        # and, in ordered mode, the reorder window. (A plain counter: asyncio.Semaphore costs
+        # several times more per item, which shows at a million items.)
+        self.tickets = concurrency * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
+        self.ticket_waiters: deque[asyncio.Future[None]] = deque()
+        # An async iterator must not be advanced by two workers at once.
+        self.pull_lock = asyncio.Lock()
+        self.changed = asyncio.Event()
+        self.ready: deque[Outcome[T, R]] = deque()
+        self.by_index: dict[int, Outcome[T, R]] = {}
+        self.head = 0
+        self.pulled = 0
+        self.done = 0
+        self.source_ended = False
+        self.source_closed = False
+        self.source_error: Exception | None = None
+        self.fatal: BaseException | None = None
+        self.closing = False
+        self.workers: set[asyncio.Task[None]] = set()
+        self.live = 0  # worker tasks not finished yet
+        self.active = 0  # workers that entered their body and have not left it
+
+    def start(self, workers: int) -> None:
+        for _ in range(workers):
+            task = asyncio.create_task(self.work())
+            self.workers.add(task)
+            self.live += 1
+            task.add_done_callback(self.worker_done)
+
+    @property
+    def stopping(self) -> bool:
+        return self.closing or self.fatal is not None or self.source_ended
+
+    def fail(self, exc: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = exc
+        self.changed.set()
+
+    async def work(self) -> None:
+        self.active += 1
+        try:
+            while not self.stopping:
+                while self.tickets <= 0:
+                    await self.wait_for_ticket()
+                self.tickets -= 1
+                pulled = self.pull_sync() if self.async_source is None else await self.pull_async()
+                if pulled is None:
+                    self.give_ticket()
+                    return
+                index, item = pulled
+                outcome = await self.call(item)
+                self.finish(index, outcome)
+        finally:
+            self.active -= 1
+            # The last worker out closes the items when the fan-out is being stopped; this is
+            # what closes them after a bare `break`, where nobody awaits shutdown().
+            if self.active == 0 and self.closing:
+                await self.close_source()
+
+    async def wait_for_ticket(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ticket_waiters.append(waiter)
+        await waiter  # only cancelled when the fan-out stops, so a stale waiter is harmless
+
+    def give_ticket(self) -> None:
+        self.tickets += 1
+        while self.ticket_waiters:
+            waiter = self.ticket_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def pull_sync(self) -> tuple[int, T] | None:
+        assert self.sync_source is not None
+        if self.stopping:
+            return None
+        try:
+            item = next(self.sync_source)
+        except StopIteration:
+            self.source_ended = True
+            return None
+        except Exception as exc:
+            self.source_ended = True
+            self.source_error = exc
+            return None
+        index = self.pulled
+        self.pulled += 1
+        return index, item
+
+    async def pull_async(self) -> tuple[int, T] | None:
+        assert self.async_source is not None
+        async with self.pull_lock:
+            if self.stopping:
+                return None
+            try:
+                item = await anext(self.async_source)
+            except StopAsyncIteration:
+                self.source_ended = True
+                return None
+            except Exception as exc:
+                self.source_ended = True
+                self.source_error = exc
+                return None
+        index = self.pulled
+        self.pulled += 1
+        return index, item
+
+    async def call(self, item: T) -> Outcome[T, R]:
+        controller = self.controller
+        if controller is not None:
+            await controller.acquire()
+        try:
+            value = await self.func(item)
+        except Exception as exc:
+            return Outcome(item, None, exc)
+        finally:
+            if controller is not None:
+                controller.release()
+        return Outcome(item, value, None)
+
+    def finish(self, index: int, outcome: Outcome[T, R]) -> None:
+        if self.ordered:
+            self.by_index[index] = outcome
+        else:
+            self.ready.append(outcome)
+        self.done += 1
+        self.changed.set()
+        if self.on_progress is not None:
+            try:
+                self.on_progress(self.done, self.total)
+            except Exception as exc:
+                self.fail(exc)
+
+    def worker_done(self, task: asyncio.Task[None]) -> None:
+        self.workers.discard(task)
+        self.live -= 1
+        self.changed.set()
+        if task.cancelled():
+            if not self.closing:
+                # Nobody but the fan-out cancels its workers, so `func` raised CancelledError
+                # itself. Cancellation is never turned into an outcome: it propagates.
+                self.fail(asyncio.CancelledError("a call made by fan_out was cancelled"))
+            return
+        exc = task.exception()  # also marks it retrieved, so asyncio does not log it
+        if exc is not None:
+            self.fail(exc)
+
+    def take(self) -> Outcome[T, R] | None:
+        if self.ordered:
+            outcome = self.by_index.pop(self.head, None)
+            if outcome is None:
+                return None
+            self.head += 1
+        else:
+            if not self.ready:
+                return None
+            outcome = self.ready.popleft()
+        self.give_ticket()
+        return outcome
+
+    async def close_source(self) -> None:
+        source = self.async_source
+        if source is None or self.source_ended or self.source_closed:
+            return
+        self.source_closed = True
+        aclose = getattr(source, "aclose", None)
+        if aclose is None:
+            return
+        try:
+            await aclose()
+        except Exception as exc:
+            # The fan-out is over and the caller is leaving with its own outcome; report it the
+            # way asyncio reports an async generator whose finaliser failed.
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "error while closing the items of fan_out", "exception": exc}
+            )
+
+    async def shutdown(self) -> None:
+        self.closing = True
+        workers = {task for task in self.workers if not task.done()}
+        for task in workers:
+            task.cancel()
+        await _wait_shielded(workers)
+        await self.close_source()
+        self.ready.clear()
+        self.by_index.clear()
+        self.changed.set()  # wakes an __anext__ waiting in another task
+
+    def abandon(self) -> None:
+        self.closing = True
+        for task in list(self.workers):
+            _cancel_from_finaliser(task)
+
+
+class FanOut(Generic[T, R]):
+    """The async iterator of ``Outcome`` returned by ``fan_out``; also an async context manager.
+
+    Work starts at the first ``__anext__``. Leaving early in any way (``aclose()``, ``async with``,
+    an exception, cancellation, ``break``) cancels the calls in flight and starts no more.
+    """
+
+    def __init__(
+        self,
+        func: Callable[[T], Awaitable[R]],
+        items: Iterable[T] | AsyncIterable[T],
+        *,
+        concurrency: int,
+        ordered: bool,
+        on_progress: Callable[[int, int | None], object] | None,
+        total: int | None,
+        controller: AdaptiveConcurrency | None,
+    ) -> None:
+        self._func = func
+        self._items = items
+        self._concurrency = concurrency
+        self._ordered = ordered
+        self._on_progress = on_progress
+        self._total = total
+        self._controller = controller
+        self._run: _FanOutRun[T, R] | None = None
+        self._finished = False
+        self._running = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Outcome[T, R]:
+        if self._finished:
+            raise StopAsyncIteration
+        if self._running:
+            raise RuntimeError("this fan-out is already being iterated by another task")
+        run = self._run
+        if run is None:
+            run = self._run = self._start()
+        self._running = True
+        try:
+            while True:
+                if self._finished:  # closed by aclose() from another task
+                    raise StopAsyncIteration
+                if run.fatal is not None:
+                    await self._finish()
+                    raise run.fatal
+                outcome = run.take()
+                if outcome is not None:
+                    return outcome
+                if run.live == 0:
+                    await self._finish()
+                    if run.source_error is not None:
+                        raise run.source_error
+                    raise StopAsyncIteration
+                run.changed.clear()
+                try:
+                    await run.changed.wait()
+                except BaseException:
+                    # The caller was cancelled: the fan-out ends with it.
+                    await self._finish()
+                    raise
+        finally:
+            self._running = False
+
+    def _start(self) -> _FanOutRun[T, R]:
+        run = _FanOutRun(
+            self._func,
+            self._items,
+            concurrency=self._concurrency,
+            ordered=self._ordered,
+            on_progress=self._on_progress,
+            total=self._total,
+            controller=self._controller,
+        )
+        workers = self._concurrency
+        if self._total is not None:
+            # No point in more workers than items; one still runs to find out the items are empty.
+            workers = max(1, min(workers, self._total))
+        run.start(workers)
+        return run
+
+    async def _finish(self) -> None:
+        self._finished = True
+        if self._run is not None:
+            await self._run.shutdown()
+
+    async def aclose(self) -> None:
+        """Stop the fan-out: cancel the calls in flight and wait for them; idempotent."""
+        await self._finish()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        # A bare `break` out of `async for` leaves no other chance to stop the workers.
+        run = getattr(self, "_run", None)
+        if run is not None and not self._finished:
+            run.abandon()
+
+
+# --------------------------------------------------------------------------------------------
+# AdaptiveConcurrency
+
+
+class AdaptiveConcurrency:
+    """An AIMD limit on calls in flight, like TCP's congestion window, plus a shared pause.
+
+    The limit starts at ``maximum``. Each success adds ``increase_step / limit`` (so about
+    ``increase_step`` per limit's worth of successes), never above ``maximum``. An overload signal
+    (a 429, a 503) multiplies it by ``decrease_factor``, never below ``minimum``, but at most once
+    per window: after a cut, the next ``n - 1`` signals (successes or overloads) do not cut again,
+    where ``n`` is the number of calls in flight at the cut (or the old limit when no slots are in
+    use). Those calls were sent before the cut and report the same congestion, so a burst of 64
+    concurrent 429s halves the limit once instead of collapsing it to the minimum.
+
+    ``pause(seconds)`` holds back all new calls until then. Use it from one event loop only.
+
+    :raises ConfigurationError: for bad arguments.
+    """
+
+    def __init__(
+        self,
+        maximum: int,
+        *,
+        minimum: int = 1,
+        decrease_factor: float = 0.5,
+        increase_step: float = 1.0,
+    ) -> None:
+        if not _is_int(maximum) or maximum < 1:
+            raise ConfigurationError(f"maximum must be an integer >= 1, not {maximum!r}")
+        if not _is_int(minimum) or not 1 <= minimum <= maximum:
+            raise ConfigurationError(
+                f"minimum must be an integer between 1 and maximum ({maximum}), not {minimum!r}"
+            )
+        if (
+            not isinstance(decrease_factor, int | float)
+            or isinstance(decrease_factor, bool)
+            or not 0 < decrease_factor < 1
+        ):
+            raise ConfigurationError(
+                f"decrease_factor must be a number between 0 and 1, not {decrease_factor!r}"
+            )
+        if (
+            not isinstance(increase_step, int | float)
+            or isinstance(increase_step, bool)
+            or not 0 < increase_step < float("inf")
+        ):
+            raise ConfigurationError(
+                f"increase_step must be a positive number, not {increase_step!r}"
+            )
+        self._maximum = maximum
+        self._minimum = minimum
+        self._decrease_factor = float(decrease_factor)
+        self._increase_step = float(increase_step)
+        self._window = float(maximum)
+        self._in_flight = 0
+        self._paused_until = 0.0  # time.monotonic(), the clock asyncio's loop uses too
+        self._ignore_signals = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def maximum(self) -> int:
+        """The highest the limit goes."""
+        return self._maximum
+
+    @property
+    def minimum(self) -> int:
+        """The lowest the limit goes."""
+        return self._minimum
+
+    @property
+    def limit(self) -> int:
+        """The current limit on calls in flight."""
+        return max(self._minimum, int(self._window))
+
+    @property
+    def in_flight(self) -> int:
+        """The slots held right now."""
+        return self._in_flight
+
+    @property
+    def paused_for(self) -> float:
+        """Seconds until new calls may start again; 0.0 when not paused."""
+        return max(0.0, self._paused_until - time.monotonic())
+
+    def on_success(self) -> None:
+        """Record a call the service handled: grow the limit additively."""
+        if self._ignore_signals > 0:
+            self._ignore_signals -= 1
+        before = self.limit
+        self._window = min(float(self._maximum), self._window + self._increase_step / self._window)
+        if self.limit > before:
+            self._wake()
+
+    def on_overload(self) -> None:
+        """Record an overload answer (429, 503): shrink the limit, once per window."""
+        if self._ignore_signals > 0:
+            self._ignore_signals -= 1
+            return
+        old_limit = self.limit
+        generation = self._in_flight if self._in_flight > 0 else old_limit
+        self._window = max(float(self._minimum), self._window * self._decrease_factor)
+        self._ignore_signals = generation - 1
+
+    def pause(self, seconds: float) -> None:
+        """Hold back new calls for ``seconds`` from now; calls already in flight are not touched.
+
+        A longer pause extends the current one, a shorter one never shortens it. A value that is
+        not positive does nothing.
+        """
+        if not seconds > 0:
+            return
+        until = time.monotonic() + seconds
+        if until > self._paused_until:
+            self._paused_until = until
+
+    async def acquire(self) -> None:
+        """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
+        loop = asyncio.get_running_loop()
+        while True:
+            delay = self._paused_until - time.monotonic()
+            if delay > 0:
+                # A pause extended meanwhile is seen when the loop checks again.
+                await asyncio.sleep(delay)
+                continue
+            if self._in_flight < self.limit:
+                self._in_flight += 1
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    # Woken but leaving: hand the wake-up on so that the slot is not lost.
+                    self._wake()
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+
+    def release(self) -> None:
+        """Give back a slot taken by ``acquire()``."""
+        if self._in_flight <= 0:
+            raise RuntimeError("release() called more often than acquire()")
+        self._in_flight -= 1
+        self._wake()
+
+    def slot(self) -> _Slot:
+        """An async context manager holding one slot: ``async with controller.slot(): ...``."""
+        return _Slot(self)
+
+    def _wake(self) -> None:
+        free = self.limit - self._in_flight
+        while free > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaptiveConcurrency(limit={self.limit}, in_flight={self._in_flight}, "
+            f"minimum={self._minimum}, maximum={self._maximum})"
+        )
+
+
+class _Slot:
+    """One slot of an ``AdaptiveConcurrency``, held for the body of ``async with``."""
+
+    __slots__ = ("_controller",)
+
+    def __init__(self, controller: AdaptiveConcurrency) -> None:
+        self._controller = controller
+
+    async def __aenter__(self) -> None:
+        await self._controller.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._controller.release()
+
+
+# --------------------------------------------------------------------------------------------
+# RetryBudget
+
+
+class RetryBudget:
+    """A token bucket that bounds retries, like the AWS SDKs' "standard" retry mode.
+
+    It starts full with ``capacity`` tokens. Each retry takes ``retry_cost`` tokens
+    (``timeout_retry_cost`` after a timeout); when too few are left the retry is refused, so a
+    failing service sees the retry rate drop to a trickle instead of multiplying its load. Each
+    success puts ``success_refund`` back, up to ``capacity``. With the defaults, 100 retries in a
+    row empty the bucket and 5 successes earn one retry back. Use it from one event loop only.
+
+    :raises ConfigurationError: for a value that is not a non-negative integer.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 500,
+        *,
+        retry_cost: int = 5,
+        timeout_retry_cost: int = 10,
+        success_refund: int = 1,
+    ) -> None:
+        for name, value in (
+            ("capacity", capacity),
+            ("retry_cost", retry_cost),
+            ("timeout_retry_cost", timeout_retry_cost),
+            ("success_refund", success_refund),
+        ):
+            if not _is_int(value) or value < 0:
+                raise ConfigurationError(f"{name} must be an integer >= 0, not {value!r}")
+        self._capacity = capacity
+        self._retry_cost = retry_cost
+        self._timeout_retry_cost = timeout_retry_cost
+        self._success_refund = success_refund
+        self._tokens = capacity
+
+    @property
+    def capacity(self) -> int:
+        """The most tokens the bucket holds (and the number it starts with)."""
+        return self._capacity
+
+    @property
+    def tokens(self) -> int:
+        """The tokens left."""
+        return self._tokens
+
+    def try_acquire(self, *, after_timeout: bool = False) -> bool:
+        """Take the cost of one retry and return True, or return False and take nothing."""
+        cost = self._timeout_retry_cost if after_timeout else self._retry_cost
+        if cost > self._tokens:
+            return False
+        self._tokens -= cost
+        return True
+
+    def on_success(self) -> None:
+        """Record a success: refund ``success_refund`` tokens, never above ``capacity``."""
+        self._tokens = min(self._capacity, self._tokens + self._success_refund)
+
+    def __repr__(self) -> str:
+        return f"RetryBudget(tokens={self._tokens}, capacity={self._capacity})"
+
+
+# --------------------------------------------------------------------------------------------
+# Pager
+
+
+async def _fetch_one(fetch_page: Callable[[int], Awaitable[P]], page: int) -> P:
+    return await fetch_page(page)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # A prefetched page that fails is raised when the caller asks for it; if the caller never
+    # does (it stopped early), the error is moot and must not be logged as "never retrieved".
+    # (The error stays in the task: task.result() still raises it.)
+    if not task.cancelled():
+        task.exception()
+
+
+class Pager(Generic[Y]):
+    """Walk a paged API through any "fetch page n" function: page by page or item by item.
+
+    Use it with ``async for`` (ideally inside ``async with``). With ``mode="pages"`` it yields the
+    pages, with ``mode="items"`` the items of each page in turn. The walk ends quietly when
+    ``has_more(page)`` is false or a page has no items; it also ends, with one WARNING on
+    ``logger``, when a page repeats the previous page's items exactly (a service that ignores the
+    page number; that page is not yielded), when ``max_pages`` or ``max_items`` cut a walk that had
+    more to give, and, with ``dedupe``, after several pages in a row that bring nothing new.
+
+    With ``prefetch`` (the default) the next page is requested while the caller works on the
+    current one, and the request is given a head start of a few event-loop turns before the
+    current page is handed over, so that it is on the wire even if the caller then blocks the
+    loop. No page past the known end or past a cap is fetched. A failed prefetch is raised only
+    when the caller asks for that page.
+
+    An exception from ``fetch_page`` (or from the callbacks) ends the walk and propagates.
+
+    :param fetch_page: ``await fetch_page(n)`` returns page ``n``.
+    :param mode: ``"pages"`` or ``"items"``.
+    :param start_page: the first page to fetch; pass a previous walk's ``next_page`` to resume.
+    :param page_items: the items of a page.
+    :param item_key: a hashable identity of an item, to detect repeated pages and duplicates.
+    :param has_more: whether the service says there are pages after this one.
+    :param page_total: the total the page reports (kept in ``total``), or ``None``.
+    :param replace_items: a copy of a page holding other items; needed in pages mode with
+        ``dedupe`` or ``max_items``, to drop duplicates or cut the last page.
+    :param max_pages: fetch at most this many pages.
+    :param max_items: yield at most exactly this many items (in pages mode, the last page is cut).
+    :param dedupe: drop items already yielded earlier in this walk (results shift while an index
+        changes); a page left empty is skipped.
+    :param logger: where the WARNING and DEBUG lines go.
+    :raises InvalidRequestError: for bad arguments, at construction.
+    """
+
+    @overload
+    def __init__(
+        self: Pager[P],
+        fetch_page: Callable[[int], Awaitable[P]],
+        *,
+        mode: Literal["pages"],
+        start_page: int,
+        page_items: Callable[[P], Sequence[I]],
+        item_key: Callable[[I], Hashable],
+        has_more: Callable[[P], bool],
+        page_total: Callable[[P], int | None] | None = None,
+        replace_items: Callable[[P, list[I]], P] | None = None,
+        max_pages: int | None = None,
+        max_items: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Pager[I],
+        fetch_page: Callable[[int], Awaitable[P]],
+        *,
+        mode: Literal["items"],
+        start_page: int,
+        page_items: Callable[[P], Sequence[I]],
+        item_key: Callable[[I], Hashable],
+        has_more: Callable[[P], bool],
+        page_total: Callable[[P], int | None] | None = None,
+        replace_items: Callable[[P, list[I]], P] | None = None,
+        max_pages: int | None = None,
+        max_items: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        fetch_page: Callable[[int], Awaitable[Any]],
+        *,
+        mode: Literal["pages", "items"],
+        start_page: int,
+        page_items: Callable[[Any], Sequence[Any]],
+        item_key: Callable[[Any], Hashable],
+        has_more: Callable[[Any], bool],
+        page_total: Callable[[Any], int | None] | None = None,
+        replace_items: Callable[[Any, list[Any]], Any] | None = None,
+        max_pages: int | None = None,
+        max_items: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        for name, func in (
+            ("fetch_page", fetch_page),
+            ("page_items", page_items),
+            ("item_key", item_key),
+            ("has_more", has_more),
+        ):
+            if not callable(func):
+                raise InvalidRequestError(f"{name} must be callable")
+        for name, optional in (("page_total", page_total), ("replace_items", replace_items)):
+            if optional is not None and not callable(optional):
+                raise InvalidRequestError(f"{name} must be callable or None")
+        if mode not in ("pages", "items"):
+            raise InvalidRequestError(f"mode must be 'pages' or 'items', not {mode!r}")
+        if not _is_int(start_page):
+            raise InvalidRequestError(f"start_page must be an integer, not {start_page!r}")
+        for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
+            if cap is not None and (not _is_int(cap) or cap < 1):
+                raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
+        if mode == "pages" and replace_items is None and (dedupe or max_items is not None):
+            raise InvalidRequestError(
+                "replace_items is needed to walk pages with dedupe or max_items"
+            )
+        self._fetch_page = fetch_page
+        self._items_mode = mode == "items"
+        self._page_items = page_items
+        self._item_key = item_key
+        self._has_more = has_more
+        self._page_total = page_total
+        self._replace_items = replace_items
+        self._max_pages = max_pages
+        self._max_items = max_items
+        self._prefetch = bool(prefetch)
+        self._dedupe = bool(dedupe)
+        self._logger = logger if logger is not None else _LOGGER
+
+        self._next_fetch: int | None = start_page  # the page to fetch next; None past the end
+        self._resume: int | None = start_page  # see next_page
+        self._total: int | None = None
+        self._pages_fetched = 0
+        self._accepted = 0  # items taken for handing out (after dedupe and the max_items cut)
+        self._cut = False  # the last page taken was cut short by max_items
+        self._previous_keys: list[Hashable] | None = None
+        self._seen: set[Hashable] = set()
+        self._stale_pages = 0
+        self._buffer: deque[Any] = deque()  # items mode: the items of the current page left
+        self._buffer_page = start_page
+        self._pending: asyncio.Task[Any] | None = None  # the prefetch of page _next_fetch
+        self._done = False
+        self._running = False
+
+    @property
+    def next_page(self) -> int | None:
+        """The page to resume from with ``start_page`` so that nothing not yet handed out is missed.
+
+        In pages mode: the next page to fetch. In items mode: the page of the first item not yet
+        handed out (so after ``max_items`` cut a page, or after a ``break`` in the middle of a
+        page, a resumed walk starts with that page again). After an error: the page that failed.
+        ``None`` once the walk has reached the end of the results.
+        """
+        return self._resume
+
+    @property
+    def total(self) -> int | None:
+        """The last total a page reported, or ``None`` before the first page (or if none did)."""
+        return self._total
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Y:
+        if self._done:
+            raise StopAsyncIteration
+        if self._running:
+            raise RuntimeError("this pager is already being iterated by another task")
+        self._running = True
+        try:
+            if self._items_mode:
+                while not self._buffer:
+                    taken = await self._take_page()
+                    if taken is None:
+                        raise StopAsyncIteration
+                    page_no, _, fresh = taken
+                    self._buffer.extend(fresh)
+                    self._buffer_page = page_no
+                item = self._buffer.popleft()
+                if not self._buffer:
+                    self._resume = self._buffer_page if self._cut else self._next_fetch
+                return cast(Y, item)
+            taken = await self._take_page()
+            if taken is None:
+                raise StopAsyncIteration
+            page_no, page, _ = taken
+            self._resume = page_no if self._cut else self._next_fetch
+            return cast(Y, page)
+        except BaseException:
+            # Whatever escapes ends the walk: the end, an error, the caller's cancellation.
+            await self._end()
+            raise
+        finally:
+            self._running = False
+
+    async def _take_page(self) -> tuple[int, Any, list[Any]] | None:
+        """Fetch pages until one has items to hand out; None when the walk is over."""
+        while True:
+            if self._max_items is not None and self._accepted >= self._max_items:
+                if self._cut or self._next_fetch is not None:
+                    self._logger.warning(
+                        "stopped paging at max_items=%d; more results remain "
+                        "(resume with start_page=%s)",
+                        self._max_items,
+                        self._resume,
+                    )
+                return None
+            page_no = self._next_fetch
+            if page_no is None:
+                return None
+            if self._max_pages is not None and self._pages_fetched >= self._max_pages:
+                self._logger.warning(
+                    "stopped paging at max_pages=%d; more results remain "
+                    "(resume with start_page=%d)",
+                    self._max_pages,
+                    page_no,
+                )
+                return None
+
+            page = await self._fetch(page_no)
+            self._pages_fetched += 1
+            items = list(self._page_items(page))
+            if self._page_total is not None:
+                total = self._page_total(page)
+                if total is not None:
+                    self._total = total
+            if not items:
+                self._logger.debug("page %d is empty; paging ends", page_no)
+                self._next_fetch = self._resume = None
+                return None
+            keys = [self._item_key(item) for item in items]
+            if keys == self._previous_keys:
+                self._logger.warning(
+                    "page %d repeats page %d exactly (the service seems to ignore the page "
+                    "number); paging stops",
+                    page_no,
+                    page_no - 1,
+                )
+                self._next_fetch = self._resume = None
+                return None
+            self._previous_keys = keys
+            self._next_fetch = page_no + 1 if self._has_more(page) else None
+
+            fresh = items
+            if self._dedupe:
+                fresh = []
+                for item, key in zip(items, keys, strict=True):
+                    if key not in self._seen:
+                        self._seen.add(key)
+                        fresh.append(item)
+                if not fresh:
+                    self._stale_pages += 1
+                    if self._stale_pages >= _MAX_STALE_PAGES and self._next_fetch is not None:
+                        self._logger.warning(
+                            "%d pages in a row up to page %d brought nothing new; paging stops",
+                            self._stale_pages,
+                            page_no,
+                        )
+                        self._next_fetch = self._resume = None
+                        return None
+                    self._logger.debug("page %d holds only duplicates; skipped", page_no)
+                    self._resume = self._next_fetch
+                    continue
+                self._stale_pages = 0
+            self._cut = False
+            if self._max_items is not None:
+                room = self._max_items - self._accepted
+                if len(fresh) > room:
+                    fresh = fresh[:room]
+                    self._cut = True
+            self._accepted += len(fresh)
+            if not self._items_mode and len(fresh) != len(items):
+                assert self._replace_items is not None  # checked in __init__
+                page = self._replace_items(page, fresh)
+            self._start_prefetch()
+            await self._head_start()
+            return page_no, page, fresh
+
+    async def _fetch(self, page_no: int) -> Any:
+        # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
+        # cancel it; and it is waited for with asyncio.wait, not `await task`, so that such a
+        # cancellation reads as the end of the walk here, not as this task being cancelled.
+        task = self._pending
+        if task is None:
+            task = self._pending = self._spawn(page_no)
+        await asyncio.wait({task})
+        self._pending = None
+        if task.cancelled() and self._done:
+            raise StopAsyncIteration
+        return task.result()
+
+    def _spawn(self, page_no: int) -> asyncio.Task[Any]:
+        task = asyncio.create_task(_fetch_one(self._fetch_page, page_no))
+        task.add_done_callback(_retrieve)
+        return task
+
+    def _start_prefetch(self) -> None:
+        page_no = self._next_fetch
+        if (
+            not self._prefetch
+            or page_no is None
+            or (self._max_pages is not None and self._pages_fetched >= self._max_pages)
+            or (self._max_items is not None and self._accepted >= self._max_items)
+        ):
+            return
+        self._pending = self._spawn(page_no)
+
+    async def _head_start(self) -> None:
+        task = self._pending
+        if task is None:
+            return
+        for _ in range(_PREFETCH_HEAD_START_TURNS):
+            if task.done():
+                return
+            await asyncio.sleep(0)
+
+    async def _end(self) -> None:
+        self._done = True
+        task, self._pending = self._pending, None
+        self._buffer.clear()
+        if task is not None and not task.done():
+            task.cancel()
+            await _wait_shielded({task})
+
+    async def aclose(self) -> None:
+        """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""
+        await self._end()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        # A bare `break` out of `async for` leaves no other chance to stop the prefetch.
+        # (getattr: __init__ may have raised before setting anything.)
+        task = getattr(self, "_pending", None)
+        if task is not None and not self._done:
+            _cancel_from_finaliser(task)
