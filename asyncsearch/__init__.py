@@ -6,8 +6,14 @@
 
 from __future__ import annotations
 
-from ._client import APIResponse, AsyncSearchClient
-from ._concurrency import RetryBudget
+from ._client import (
+    APIResponse,
+    AsyncSearchClient,
+    ExtractionResult,
+    ExtractionResults,
+    SearchPager,
+)
+from ._concurrency import AdaptiveConcurrency, FanOut, Outcome, Pager, RetryBudget, fan_out
 from ._config import NOT_GIVEN, NotGiven, Timeout
 from ._errors import (
     APIConnectionError,
@@ -83,6 +89,7 @@ __all__ = [
     "APIResponse",
     "APIStatusError",
     "APITimeoutError",
+    "AdaptiveConcurrency",
     "Agent",
     "AnonymousIdentity",
     "AsyncSearchClient",
@@ -103,7 +110,10 @@ __all__ = [
     "ExtractionDocument",
     "ExtractionJob",
     "ExtractionMedia",
+    "ExtractionResult",
+    "ExtractionResults",
     "ExtractionWeb",
+    "FanOut",
     "FileLink",
     "Folder",
     "ImageDescriptor",
@@ -117,6 +127,8 @@ __all__ = [
     "MediaLocation",
     "NotFoundError",
     "NotGiven",
+    "Outcome",
+    "Pager",
     "Pagination",
     "Parent",
     "PdfRender",
@@ -133,6 +145,7 @@ __all__ = [
     "SearchFilters",
     "SearchHit",
     "SearchPage",
+    "SearchPager",
     "SearchQuery",
     "SearchRequest",
     "Size",
@@ -146,5 +159,6 @@ __all__ = [
     "WebhookLog",
     "WebhookLogSummary",
     "__version__",
+    "fan_out",
     "image_data_url",
 ]

@@ -8,17 +8,18 @@ import random
 import ssl as ssl_module
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
+import msgspec
 
 from . import _protocol as protocol
-from ._concurrency import RetryBudget
+from ._concurrency import AdaptiveConcurrency, FanOut, Outcome, Pager, RetryBudget, fan_out
 from ._config import (
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -33,12 +34,15 @@ from ._errors import (
     AsyncSearchError,
     ClientClosedError,
     ConfigurationError,
+    InvalidRequestError,
     ResponseValidationError,
+    WaitTimeoutError,
 )
 from ._models import (
     ExtractionJob,
     LinkPreview,
     SearchFilters,
+    SearchHit,
     SearchPage,
     SearchQuery,
     Sort,
@@ -48,9 +52,16 @@ from ._models import (
 from ._protocol import Request, Response
 from ._transport import USER_AGENT, Transport
 
-__all__ = ["APIResponse", "AsyncSearchClient"]
+__all__ = [
+    "APIResponse",
+    "AsyncSearchClient",
+    "ExtractionResult",
+    "ExtractionResults",
+    "SearchPager",
+]
 
 T = TypeVar("T")
+Y = TypeVar("Y")
 P = ParamSpec("P")
 
 logger = logging.getLogger("asyncsearch")
@@ -59,6 +70,7 @@ ENV_API_KEY = "ASYNCSEARCH_API_KEY"
 ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
+WAIT_INTERVAL_CAP = 10.0
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
 
@@ -212,6 +224,80 @@ class _RawResponses:
     link_preview = _raw(protocol.link_preview)
     list_webhook_logs = _raw(protocol.list_webhook_logs)
     get_webhook_log = _raw(protocol.get_webhook_log)
+
+
+class SearchPager(Pager[Y]):
+    """An async iterator over search pages (``search_pages``) or hits (``search_hits``).
+
+    Also an async context manager with ``aclose()``. ``next_page`` is the page to resume from
+    with ``start_page=`` (``None`` once the walk is finished) and ``total`` the last total seen.
+    Leaving it in any way (exhausted, ``aclose``, ``async with``, an exception, cancellation, a
+    bare ``break``) cancels a pending prefetch and sends nothing more.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionResult:
+    """The outcome of fetching one extraction job in a bulk call.
+
+    ``job_id`` is exactly what was given; ``job`` is the ``ExtractionJob`` or ``None``, and
+    ``error`` the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted retry,
+    a bad body, an invalid id) or ``None``.
+    """
+
+    job_id: str | uuid.UUID
+    job: ExtractionJob | None
+    error: AsyncSearchError | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the job was fetched."""
+        return self.error is None
+
+
+class ExtractionResults:
+    """The async iterator of ``ExtractionResult`` from ``iter_extractions``.
+
+    Also an async context manager with ``aclose()``; leaving early in any way cancels the calls
+    in flight and sends no more requests.
+    """
+
+    __slots__ = ("_outcomes",)
+
+    def __init__(self, outcomes: FanOut[str | uuid.UUID, ExtractionResult]) -> None:
+        self._outcomes = outcomes
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ExtractionResult:
+        outcome = await self._outcomes.__anext__()
+        return _as_result(outcome)
+
+    async def aclose(self) -> None:
+        """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
+        await self._outcomes.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _as_result(outcome: Outcome[str | uuid.UUID, ExtractionResult]) -> ExtractionResult:
+    if outcome.value is not None:
+        return outcome.value
+    # The fetch function turns every AsyncSearchError into a result; anything else reaching here
+    # is a bug below us, and it is still reported against its id rather than dropped.
+    error = AsyncSearchError(f"unexpected error while fetching the job: {outcome.error!r}")
+    error.__cause__ = outcome.error
+    return ExtractionResult(job_id=outcome.item, job=None, error=error)
 
 
 class AsyncSearchClient:
@@ -445,8 +531,14 @@ class AsyncSearchClient:
 
     # -- the request loop --------------------------------------------------------------------
 
-    async def _send(self, request: Request[T]) -> APIResponse[T]:
-        """Send a request with retries; return the success response or raise its error."""
+    async def _send(
+        self, request: Request[T], *, pressure: AdaptiveConcurrency | None = None
+    ) -> APIResponse[T]:
+        """Send a request with retries; return the success response or raise its error.
+
+        ``pressure`` is told about successes and overload answers (429, 503, with their
+        ``Retry-After``), so that a bulk fetch can slow down as a whole.
+        """
         self._check_open()
         opts = self._options
         shared = self._shared
@@ -509,9 +601,16 @@ class AsyncSearchClient:
             if 200 <= status < 300:
                 if shared.retry_budget is not None:
                     shared.retry_budget.on_success()
+                if pressure is not None:
+                    pressure.on_success()
                 return APIResponse(request, response, attempts)
 
             retry_after = protocol.parse_retry_after(response.headers)
+            if pressure is not None and status in (429, 503):
+                pressure.on_overload()
+                if retry_after is not None and retry_after <= opts.max_retry_after:
+                    # The service asked everyone to wait, not only this call.
+                    pressure.pause(retry_after)
             error = protocol.status_error(
                 response,
                 method=request.method,
@@ -627,6 +726,235 @@ class AsyncSearchClient:
         """One webhook delivery attempt with its request payload and response body."""
         return (await self._send(protocol.get_webhook_log(job_id, log_id))).parse()
 
+    # -- paging ------------------------------------------------------------------------------
+
+    def search_pages(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+    ) -> SearchPager[SearchPage]:
+        """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
+
+        Takes the arguments of ``search`` except ``page``. The walk starts at ``start_page``
+        (default: the client's ``first_page``) and ends when ``has_more`` is false, when a page
+        is empty, when a page repeats the previous one (a service ignoring the page number; a
+        WARNING is logged) or at ``max_pages``. With ``prefetch`` the next page is requested
+        while the caller works on the current one. ``dedupe`` drops hits already yielded in this
+        walk. Arguments are validated now, before anything is sent.
+        """
+        return self._pager(
+            "pages",
+            {
+                "text": text,
+                "image": image,
+                "resource_id": resource_id,
+                "filters": filters,
+                "precision": precision,
+                "queries": queries,
+                "incognito": incognito,
+                "page_size": page_size,
+                "sort": sort,
+            },
+            start_page=start_page,
+            max_pages=max_pages,
+            max_items=None,
+            prefetch=prefetch,
+            dedupe=dedupe,
+        )
+
+    def search_hits(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        max_items: int | None = None,
+    ) -> SearchPager[SearchHit]:
+        """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
+
+        Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
+        without fetching pages it does not need.
+        """
+        return self._pager(
+            "items",
+            {
+                "text": text,
+                "image": image,
+                "resource_id": resource_id,
+                "filters": filters,
+                "precision": precision,
+                "queries": queries,
+                "incognito": incognito,
+                "page_size": page_size,
+                "sort": sort,
+            },
+            start_page=start_page,
+            max_pages=max_pages,
+            max_items=max_items,
+            prefetch=prefetch,
+            dedupe=dedupe,
+        )
+
+    def _pager(
+        self,
+        mode: Literal["pages", "items"],
+        arguments: dict[str, Any],
+        *,
+        start_page: int | None,
+        max_pages: int | None,
+        max_items: int | None,
+        prefetch: bool,
+        dedupe: bool,
+    ) -> SearchPager[Any]:
+        self._check_open()
+        first = self._options.first_page if start_page is None else start_page
+        # Validates every argument now, so a bad one fails at the call, not at the first page.
+        protocol.search(**arguments, page=first)
+
+        async def fetch_page(number: int) -> SearchPage:
+            return (await self._send(protocol.search(**arguments, page=number))).parse()
+
+        return SearchPager(
+            fetch_page,
+            mode=mode,
+            start_page=first,
+            page_items=_page_hits,
+            item_key=_hit_id,
+            has_more=_page_has_more,
+            page_total=_page_total,
+            replace_items=_replace_hits,
+            max_pages=max_pages,
+            max_items=max_items,
+            prefetch=prefetch,
+            dedupe=dedupe,
+            logger=logger,
+        )
+
+    # -- bulk extraction results -------------------------------------------------------------
+
+    def iter_extractions(
+        self,
+        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+        *,
+        concurrency: int = 16,
+        ordered: bool = False,
+        format: str | None = None,
+        on_progress: Callable[[int, int | None], object] | None = None,
+    ) -> ExtractionResults:
+        """Fetch many extraction jobs concurrently, yielding one ``ExtractionResult`` per id.
+
+        ``job_ids`` (a plain or async iterable) is read lazily, so any number of ids runs in
+        bounded memory. At most ``concurrency`` requests are in flight; on 429 and 503 answers
+        fewer are sent and the number grows back as calls succeed, and a ``Retry-After`` pauses
+        the whole batch. Results come as completed, or in input order with ``ordered=True``.
+        A failed job becomes a result with ``.error``: every id given comes back exactly once per
+        occurrence. ``on_progress(done, total_or_None)`` is called as ids finish.
+        """
+        self._check_open()
+        protocol.check_extraction_format(format)
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        pressure = AdaptiveConcurrency(concurrency)
+
+        async def fetch(job_id: str | uuid.UUID) -> ExtractionResult:
+            try:
+                request = protocol.get_extraction(job_id, format=format)
+                job = (await self._send(request, pressure=pressure)).parse()
+            except AsyncSearchError as exc:
+                return ExtractionResult(job_id=job_id, job=None, error=exc)
+            return ExtractionResult(job_id=job_id, job=job, error=None)
+
+        outcomes = fan_out(
+            fetch,
+            job_ids,
+            concurrency=concurrency,
+            ordered=ordered,
+            on_progress=on_progress,
+            controller=pressure,
+        )
+        return ExtractionResults(outcomes)
+
+    async def gather_extractions(
+        self,
+        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+        *,
+        concurrency: int = 16,
+        format: str | None = None,
+        on_progress: Callable[[int, int | None], object] | None = None,
+    ) -> list[ExtractionResult]:
+        """Fetch many extraction jobs concurrently and return their results in input order.
+
+        Like ``iter_extractions`` (failed jobs are results with ``.error``, never dropped), but
+        collected into a list: use ``iter_extractions`` for more ids than fit in memory.
+        """
+        async with self.iter_extractions(
+            job_ids, concurrency=concurrency, ordered=True, format=format, on_progress=on_progress
+        ) as results:
+            return [result async for result in results]
+
+    async def wait_for_extraction(
+        self,
+        job_id: str | uuid.UUID,
+        *,
+        until: Callable[[ExtractionJob], bool] | None = None,
+        interval: float = 1.0,
+        timeout: float = 300.0,
+    ) -> ExtractionJob:
+        """Poll a job until ``until(job)`` holds (default: its state is no longer "pending").
+
+        The interval grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying
+        the last job seen in ``.job``) when ``timeout`` seconds pass, including time spent in
+        requests; errors that are not retried, such as ``NotFoundError``, propagate at once.
+        """
+        request = protocol.get_extraction(job_id)
+        for name, value in (("interval", interval), ("timeout", timeout)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
+        if until is not None and not callable(until):
+            raise InvalidRequestError("until must be callable or None")
+        done = until if until is not None else _not_pending
+        last: ExtractionJob | None = None
+        attempts = 0
+        delay = float(interval)
+        with anyio.move_on_after(timeout) as scope:
+            while True:
+                response = await self._send(request)
+                attempts += response.attempts
+                last = response.parse()
+                if done(last):
+                    return last
+                await _sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
+                delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
+        assert scope.cancelled_caught
+        state = last.state if last is not None else None
+        raise WaitTimeoutError(
+            f"extraction job {job_id} was not done after {timeout:g}s (last state: {state!r})",
+            job=last,
+            attempts=attempts,
+        )
+
 
 def _redirect_reason(response: Response) -> str | None:
     if 300 <= response.status < 400:
@@ -638,3 +966,27 @@ def _redirect_reason(response: Response) -> str | None:
             "followed, so the API key is never sent anywhere else"
         )
     return None
+
+
+def _page_hits(page: SearchPage) -> list[SearchHit]:
+    return page.hits
+
+
+def _hit_id(hit: SearchHit) -> str:
+    return hit.id
+
+
+def _page_has_more(page: SearchPage) -> bool:
+    return page.has_more
+
+
+def _page_total(page: SearchPage) -> int:
+    return page.total
+
+
+def _replace_hits(page: SearchPage, hits: list[SearchHit]) -> SearchPage:
+    return msgspec.structs.replace(page, hits=hits)
+
+
+def _not_pending(job: ExtractionJob) -> bool:
+    return job.state != "pending"

@@ -62,6 +62,7 @@ __all__ = [
     "backoff_delay",
     "build_headers",
     "check_base_url",
+    "check_extraction_format",
     "decode_body",
     "get_extraction",
     "get_webhook_log",
@@ -406,13 +407,18 @@ def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Req
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
     target = f"/v2/extract/{quote(job, safe='')}"
-    if format is not None:
-        if format not in _EXTRACTION_FORMATS:
-            raise InvalidRequestError(
-                f"format must be one of {', '.join(_EXTRACTION_FORMATS)} or None, got {format!r}"
-            )
+    if check_extraction_format(format) is not None:
         target += f"?format={format}"
     return Request("GET", target, None, _parse_extraction_job, "extract")
+
+
+def check_extraction_format(format: object) -> str | None:
+    """Return ``format`` if it is "json", "markdown" or None; else raise ``InvalidRequestError``."""
+    if format is not None and format not in _EXTRACTION_FORMATS:
+        raise InvalidRequestError(
+            f"format must be one of {', '.join(_EXTRACTION_FORMATS)} or None, got {format!r}"
+        )
+    return format
 
 
 def link_preview(url: str, *, type: str | None = None) -> Request[LinkPreview]:

@@ -696,3 +696,72 @@ async def test_logs_one_debug_line_per_attempt_and_info_per_retry(
     for record in records:
         assert API_KEY not in record.getMessage()
         assert "error mentioning" not in record.getMessage()  # never a body
+
+
+async def test_key_is_in_no_exception_text_or_cause(serve: Serve) -> None:
+    import traceback
+
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("search"):
+            return web.Response(status=401, text=f"bad key {API_KEY}")
+        if "webhook-logs" in request.path:
+            await release.wait()
+        if request.path.endswith("link"):
+            # A malformed response: aiohttp raises an error that carries request info.
+            return web.Response(status=200, headers={"Content-Length": "100"}, body=b"{}")
+        return web.json_response({"id": 7})
+
+    server = await serve(handler)
+    errors: list[BaseException] = []
+    async with make_client(server, max_retries=0, timeout=Timeout(read=0.2)) as client:
+        for call in (
+            client.search("x"),
+            client.get_extraction(JOB_ID),
+            client.list_webhook_logs(JOB_ID),
+            client.link_preview("https://example.com"),
+        ):
+            with pytest.raises(asyncsearch.AsyncSearchError) as info:
+                await call
+            errors.append(info.value)
+    release.set()
+    assert {type(e) for e in errors} >= {
+        asyncsearch.AuthenticationError,
+        ResponseValidationError,
+        APITimeoutError,
+    }
+    for error in errors:
+        chain: list[BaseException] = []
+        current: BaseException | None = error
+        while current is not None:
+            chain.append(current)
+            current = current.__cause__ or current.__context__
+        text = "".join(traceback.format_exception(error))
+        for item in chain:
+            text += str(item) + repr(item) + repr(vars(item))
+        assert API_KEY not in text
+
+
+async def test_aiohttp_request_info_inside_wrapped_errors_is_scrubbed() -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with AsyncSearchClient(
+            API_KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0
+        ) as client:
+            with pytest.raises(APIConnectionError, match="malformed") as info:
+                await client.get_extraction(JOB_ID)
+    finally:
+        server.close()
+        await server.wait_closed()
+    cause = info.value.__cause__
+    assert isinstance(cause, aiohttp.ClientResponseError)
+    assert cause.request_info.headers["X-Api-Key"] == "[redacted]"
+    assert API_KEY not in repr(cause)

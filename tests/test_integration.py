@@ -159,9 +159,11 @@ async def test_browsing_every_page_yields_every_resource_once(
 
 
 async def test_zero_based_paging(emu: ServiceEmulator) -> None:
-    async with ServiceEmulator(api_key=KEY, seed=2, n_resources=30, first_page=0) as zero:
-        async with AsyncSearchClient(KEY, base_url=zero.base_url, first_page=0) as client:
-            ids = [h.id async for h in client.search_hits(filters={}, page_size=10)]
+    async with (
+        ServiceEmulator(api_key=KEY, seed=2, n_resources=30, first_page=0) as zero,
+        AsyncSearchClient(KEY, base_url=zero.base_url, first_page=0) as client,
+    ):
+        ids = [h.id async for h in client.search_hits(filters={}, page_size=10)]
     assert len(set(ids)) == 30
 
 

@@ -1,0 +1,78 @@
+"""Checks shared by the tests: tasks and connections the client may have left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from aiohttp import web
+
+from asyncsearch import AsyncSearchClient
+
+
+def client_tasks() -> list[asyncio.Task[object]]:
+    """Running tasks whose coroutine lives in the asyncsearch package (the test's own excluded)."""
+    current = asyncio.current_task()
+    found = []
+    for task in asyncio.all_tasks():
+        if task is current or task.done():
+            continue
+        code = getattr(task.get_coro(), "cr_code", None)
+        if code is not None and "/asyncsearch/" in code.co_filename.replace("\\", "/"):
+            found.append(task)
+    return found
+
+
+def held_connections(client: AsyncSearchClient) -> int:
+    """Connections the client's pool has handed out and not yet got back."""
+    session = client._shared.transport._session
+    if session is None or session.connector is None:
+        return 0
+    return len(session.connector._acquired)
+
+
+class ThreadedServer:
+    """An aiohttp app served from its own thread and event loop.
+
+    For tests where the client blocks its own loop (CPU-bound caller work): a server in the same
+    loop could not receive anything meanwhile, so it would hide whether a request really left.
+    """
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._stop())
+        self._loop.close()
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self._app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        sockets = self._runner.addresses
+        host, port = sockets[0][:2]
+        self.base_url = f"http://{host}:{port}"
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def __enter__(self) -> ThreadedServer:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the threaded server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

@@ -1,0 +1,378 @@
+"""Bulk extraction fetching and waiting over a loopback server: nothing dropped, nothing leaked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from asyncsearch import (
+    AsyncSearchClient,
+    ExtractionJob,
+    ExtractionResult,
+    InternalServerError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitError,
+    RetryBudget,
+    WaitTimeoutError,
+    _client,
+)
+
+from .conftest import API_KEY, Handler, Server
+from .helpers import client_tasks, held_connections
+
+Serve = Callable[[Handler], Awaitable[Server]]
+SAMPLE_JOB = json.loads((Path(__file__).parent / "samples" / "extraction_job.json").read_text())
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def job_ids(n: int) -> list[str]:
+    return [str(uuid.UUID(int=i + 1, version=4)) for i in range(n)]
+
+
+def job_body(job_id: str, state: str = "done") -> dict[str, object]:
+    return {**SAMPLE_JOB, "id": job_id, "state": state}
+
+
+def extract_handler(
+    *,
+    latency: float = 0.0,
+    script: dict[str, list[int]] | None = None,
+    default: int = 200,
+    headers: dict[int, dict[str, str]] | None = None,
+) -> Handler:
+    """Answers GET /v2/extract/{id}: a scripted status sequence per id, else ``default``."""
+    script = script or {}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job_id = request.path.rsplit("/", 1)[1]
+        if latency:
+            await asyncio.sleep(latency)
+        statuses = script.get(job_id)
+        status = statuses.pop(0) if statuses else default
+        if status == 200:
+            return web.json_response(job_body(job_id))
+        return web.json_response(
+            {"error": {"message": f"status {status}"}},
+            status=status,
+            headers=(headers or {}).get(status),
+        )
+
+    return handler
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    delays: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    return delays
+
+
+async def test_gather_returns_every_id_once_in_order_with_typed_errors(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    ids = job_ids(60)
+    script = {
+        ids[3]: [404],
+        ids[7]: [500, 200],
+        ids[11]: [429, 200],
+        ids[13]: [503, 503, 503],
+        ids[17]: [200, 404],  # fetched twice below: the second occurrence gets 404
+    }
+    server = await serve(extract_handler(script=script, headers={429: {"Retry-After": "0"}}))
+    wanted: list[str | uuid.UUID] = [*ids, ids[17], "not-a-uuid", uuid.UUID(ids[20])]
+    progress: list[tuple[int, int | None]] = []
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(
+            wanted, concurrency=8, on_progress=lambda d, t: progress.append((d, t))
+        )
+    assert [r.job_id for r in results] == wanted
+    by_position = dict(enumerate(results))
+    assert isinstance(by_position[3].error, NotFoundError)
+    assert by_position[3].job is None
+    assert by_position[7].ok
+    assert by_position[7].job is not None
+    assert by_position[11].ok
+    assert isinstance(by_position[13].error, InternalServerError)
+    assert by_position[13].error.attempts == 3
+    assert by_position[17].ok
+    assert isinstance(results[60].error, NotFoundError)  # the duplicate, fetched again
+    assert isinstance(results[61].error, InvalidRequestError)
+    assert results[62].ok
+    assert results[62].job_id == uuid.UUID(ids[20])  # exactly as given
+    for result in results:
+        assert isinstance(result, ExtractionResult)
+        assert (result.job is None) != (result.error is None)
+        if result.job is not None:
+            assert isinstance(result.job, ExtractionJob)
+            assert result.job.id == str(result.job_id)
+    assert progress[-1] == (63, 63)
+    assert [d for d, _ in progress] == list(range(1, 64))
+
+
+async def test_concurrency_is_never_exceeded(serve: Serve) -> None:
+    server = await serve(extract_handler(latency=0.005))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = [r async for r in client.iter_extractions(job_ids(400), concurrency=7)]
+    assert len(results) == 400
+    assert all(r.ok for r in results)
+    assert len(server.seen) == 400
+    assert server.max_in_flight == 7
+
+
+async def test_ordered_iteration_keeps_input_order(serve: Serve) -> None:
+    server = await serve(extract_handler(latency=0.002))
+    ids = job_ids(50)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        ordered = [r.job_id async for r in client.iter_extractions(ids, ordered=True)]
+    assert ordered == ids
+
+
+async def test_async_iterable_of_ids(serve: Serve) -> None:
+    server = await serve(extract_handler())
+
+    async def source() -> AsyncIterator[str]:
+        for job_id in job_ids(30):
+            yield job_id
+
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(source())
+    assert [r.job_id for r in results] == job_ids(30)
+
+
+async def test_retry_budget_bounds_the_load_on_a_failing_service(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    server = await serve(extract_handler(default=503))
+    budget = RetryBudget()
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_retries=3, retry_budget=budget
+    ) as client:
+        results = await client.gather_extractions(job_ids(1000), concurrency=64)
+    assert len(results) == 1000
+    assert all(isinstance(r.error, InternalServerError) for r in results)
+    # 500 tokens at 5 per retry: at most 100 retries on top of the 1000 first attempts,
+    # where max_retries alone would have allowed 3000.
+    assert 1000 < len(server.seen) <= 1100
+    assert budget.tokens < 5
+    assert sum(r.error.attempts or 0 for r in results if r.error) == len(server.seen)
+
+
+async def test_retry_budget_is_shared_with_derived_clients(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    server = await serve(extract_handler(default=503))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        child = client.with_options(max_retries=5)
+        assert child._shared.retry_budget is client._shared.retry_budget
+        await child.gather_extractions(job_ids(200))
+        before = len(server.seen)
+        with pytest.raises(InternalServerError) as info:
+            await client.get_extraction(job_ids(1)[0])
+    assert info.value.attempts == 1  # the budget the child drained is the parent's too
+    assert len(server.seen) == before + 1
+
+
+async def test_retry_budget_none_turns_it_off(serve: Serve, no_backoff: list[float]) -> None:
+    server = await serve(extract_handler(default=503))
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_retries=2, retry_budget=None
+    ) as client:
+        await client.gather_extractions(job_ids(200), concurrency=32)
+    assert len(server.seen) == 600
+
+
+async def test_retry_after_pauses_the_whole_batch(serve: Serve) -> None:
+    arrivals: list[float] = []
+    first = True
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal first
+        arrivals.append(time.monotonic())
+        if first:
+            first = False
+            return web.json_response({}, status=429, headers={"Retry-After": "0.5"})
+        await asyncio.sleep(0.02)
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1]))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(job_ids(12), concurrency=4)
+    assert all(r.ok for r in results)
+    throttled_at = arrivals[0]
+    later = arrivals[4:]  # the first four went out together, before the 429 came back
+    assert later
+    assert min(later) >= throttled_at + 0.4, "new calls started while the service said wait"
+
+
+async def test_overload_shrinks_concurrency(serve: Serve, no_backoff: list[float]) -> None:
+    in_flight = 0
+    seen_in_flight: list[int] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal in_flight
+        in_flight += 1
+        seen_in_flight.append(in_flight)
+        try:
+            await asyncio.sleep(0.005)
+            return web.json_response({}, status=429)
+        finally:
+            in_flight -= 1
+
+    server = await serve(handler)
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_retries=0, retry_budget=None
+    ) as client:
+        results = await client.gather_extractions(job_ids(300), concurrency=16)
+    assert all(isinstance(r.error, RateLimitError) for r in results)
+    assert len(server.seen) == 300
+    assert max(seen_in_flight[:16]) == 16
+    # Every answer was a 429: the limit was cut again and again, down to a single call.
+    assert max(seen_in_flight[-50:]) <= 2
+
+
+@pytest.mark.parametrize("how", ["break", "aclose", "cancel-gather", "cancel-iter"])
+async def test_leaving_a_bulk_fetch_early_cleans_up(serve: Serve, how: str) -> None:
+    server = await serve(extract_handler(latency=0.05))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        ids = job_ids(5000)
+        if how == "break":
+            async for _ in client.iter_extractions(ids, concurrency=8):
+                break
+        elif how == "aclose":
+            results = client.iter_extractions(ids, concurrency=8)
+            await results.__anext__()
+            await results.aclose()
+        else:
+            if how == "cancel-gather":
+                task = asyncio.create_task(client.gather_extractions(ids, concurrency=8))
+            else:
+
+                async def consume() -> None:
+                    async with client.iter_extractions(ids, concurrency=8) as results:
+                        async for _ in results:
+                            pass
+
+                task = asyncio.create_task(consume())
+            await asyncio.sleep(0.12)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert client_tasks() == []
+        seen = len(server.seen)
+        assert seen < 100
+        await asyncio.sleep(0.15)
+        assert len(server.seen) == seen, "requests went on after the caller left"
+        assert held_connections(client) == 0
+
+
+async def test_cancelling_during_a_backoff_sleep(serve: Serve) -> None:
+    server = await serve(extract_handler(default=503))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=5) as client:
+        task = asyncio.create_task(client.gather_extractions(job_ids(4), concurrency=4))
+        async with asyncio.timeout(5):
+            while len(server.seen) < 4:  # noqa: ASYNC110 - the server state has no event
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.01)  # every call is now sleeping before its retry
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert client_tasks() == []
+        assert held_connections(client) == 0
+
+
+def test_bulk_arguments_are_checked_at_once() -> None:
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9")
+    with pytest.raises(InvalidRequestError, match="format"):
+        client.iter_extractions(job_ids(3), format="pdf")
+    with pytest.raises(InvalidRequestError, match="concurrency"):
+        client.iter_extractions(job_ids(3), concurrency=0)
+
+
+# -- wait_for_extraction ----------------------------------------------------------------------
+
+
+async def test_wait_for_extraction_polls_until_done(serve: Serve, no_backoff: list[float]) -> None:
+    states = ["pending", "pending", "done"]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        job = await client.wait_for_extraction(job_ids(1)[0], interval=2.0)
+    assert job.state == "done"
+    assert len(server.seen) == 3
+    # The interval grows by 1.5x with +-20% jitter.
+    assert 1.6 <= no_backoff[0] <= 2.4
+    assert 2.4 <= no_backoff[1] <= 3.6
+
+
+async def test_wait_for_extraction_custom_condition(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], "pending"))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        job = await client.wait_for_extraction(job_ids(1)[0], until=lambda j: j.state == "pending")
+    assert job.state == "pending"
+    assert len(server.seen) == 1
+
+
+async def test_wait_for_extraction_times_out_with_the_last_job(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], "pending"))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        started = time.monotonic()
+        with pytest.raises(WaitTimeoutError) as info:
+            await client.wait_for_extraction(job_ids(1)[0], interval=0.05, timeout=0.3)
+        assert time.monotonic() - started < 1.0
+    assert isinstance(info.value, TimeoutError)
+    assert isinstance(info.value.job, ExtractionJob)
+    assert info.value.job.state == "pending"
+    assert info.value.attempts == len(server.seen)
+    assert len(server.seen) >= 2
+
+
+async def test_wait_deadline_covers_a_hanging_request(serve: Serve) -> None:
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.json_response({})
+
+    server = await serve(handler)
+    try:
+        async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+            with pytest.raises(WaitTimeoutError) as info:
+                await client.wait_for_extraction(job_ids(1)[0], timeout=0.2)
+    finally:
+        release.set()
+    assert info.value.job is None
+
+
+async def test_wait_for_extraction_raises_not_found_at_once(serve: Serve) -> None:
+    server = await serve(extract_handler(default=404))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        with pytest.raises(NotFoundError):
+            await client.wait_for_extraction(job_ids(1)[0])
+    assert len(server.seen) == 1
