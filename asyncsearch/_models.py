@@ -22,7 +22,7 @@ cycles through them.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -46,6 +46,8 @@ __all__ = [
     "ImageDescriptor",
     "JobLinks",
     "Label",
+    "LeanSearchHit",
+    "LeanSearchPage",
     "LinkPreview",
     "MediaColor",
     "MediaDevice",
@@ -89,7 +91,14 @@ Number = int | float
 
 
 class _Wire(msgspec.Struct, rename="camel", kw_only=True, gc=False):
-    """Base of the response Structs: camelCase on the wire, ``null`` arrays read as []."""
+    """Base of the response Structs: camelCase on the wire."""
+
+
+class _WireWithLists(_Wire):
+    """Base of the response Structs with array fields: a ``null`` array reads as [].
+
+    Only these classes pay for ``__post_init__``, which msgspec calls for every decoded object.
+    """
 
     _list_fields: ClassVar[tuple[str, ...]] = ()
 
@@ -141,7 +150,7 @@ class AnonymousIdentity(_Wire):
     session_hash: str | None = None
 
 
-class CommentPinned(_Wire):
+class CommentPinned(_WireWithLists):
     """The comment pinned on a resource."""
 
     _list_fields = ("mentioned_users",)
@@ -277,7 +286,7 @@ class PdfRender(_Wire):
     url: str | None = None
 
 
-class ResourceData(_Wire):
+class ResourceData(_WireWithLists):
     """The ``data`` object of a resource (spec 2.1.3)."""
 
     _list_fields = ("keywords",)
@@ -301,7 +310,7 @@ class SearchChunk(_Wire):
     score: float | None = None
 
 
-class Embeddings(_Wire):
+class Embeddings(_WireWithLists):
     """The hit's embedding vectors: ``small3_512`` (512 values) and ``clip2`` (768 values)."""
 
     _list_fields = ("small3_512", "clip2")
@@ -311,8 +320,8 @@ class Embeddings(_Wire):
     clip2: List[float] = []
 
 
-class SearchHit(_Wire):
-    """One search result: the resource's fields plus ``score``, ``chunks`` and ``embeddings``."""
+class _HitFields(_WireWithLists):
+    """The fields a search hit carries besides its embeddings."""
 
     _list_fields = ("tags", "chats", "published_ancestors", "chunks")
 
@@ -345,10 +354,23 @@ class SearchHit(_Wire):
     data: ResourceData | None = None
     score: float | None = None
     chunks: List[SearchChunk] = []
+
+
+class SearchHit(_HitFields):
+    """One search result: the resource's fields plus ``score``, ``chunks`` and ``embeddings``."""
+
     embeddings: Embeddings | None = None
 
 
-class SearchPage(_Wire):
+class LeanSearchHit(_HitFields):
+    """A search hit decoded without its embeddings, for callers that do not need them.
+
+    The embeddings are skipped while parsing (no floats are made), which makes a large page
+    decode faster and take a fraction of the memory.
+    """
+
+
+class SearchPage(_WireWithLists):
     """One page of search results (the response of ``POST /v2/search``)."""
 
     _list_fields = ("hits",)
@@ -357,13 +379,47 @@ class SearchPage(_Wire):
     has_more: bool
     hits: List[SearchHit] = []
 
+    def embedding_matrix(self, name: Literal["small3_512", "clip2"] = "small3_512") -> Any:
+        """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
+
+        A hit without that embedding gets a row of NaN. Needs numpy (not a dependency of
+        asyncsearch); raises ``ImportError`` without it and ``ValueError`` when hits disagree
+        on the number of dimensions.
+        """
+        import numpy as np
+
+        vectors = [getattr(h.embeddings, name) if h.embeddings else [] for h in self.hits]
+        width = max((len(v) for v in vectors), default=0)
+        for hit, vector in zip(self.hits, vectors, strict=True):
+            if vector and len(vector) != width:
+                raise ValueError(
+                    f"hit {hit.id!r} has {len(vector)} {name} values where others have {width}"
+                )
+        if all(len(v) == width for v in vectors):
+            return np.array(vectors, dtype=np.float32).reshape(len(vectors), width)
+        matrix = np.full((len(vectors), width), np.nan, dtype=np.float32)
+        for row, vector in enumerate(vectors):
+            if vector:
+                matrix[row] = vector
+        return matrix
+
+
+class LeanSearchPage(_WireWithLists):
+    """A page of search results whose hits were decoded without their embeddings."""
+
+    _list_fields = ("hits",)
+
+    total: int
+    has_more: bool
+    hits: List[LeanSearchHit] = []
+
 
 # ---------------------------------------------------------------------------------------------
 # 2.2 Extraction job
 # ---------------------------------------------------------------------------------------------
 
 
-class ExtractionCommon(_Wire):
+class ExtractionCommon(_WireWithLists):
     """Data extracted from any file."""
 
     _list_fields = ("keywords",)
@@ -401,7 +457,7 @@ class MediaDevice(_Wire):
     software: str | None = None
 
 
-class DominantColor(_Wire):
+class DominantColor(_WireWithLists):
     """A dominant colour as RGB integers and its share."""
 
     _list_fields = ("rgb",)
@@ -410,7 +466,7 @@ class DominantColor(_Wire):
     score: float | None = None
 
 
-class ExtractionMedia(_Wire):
+class ExtractionMedia(_WireWithLists):
     """Data extracted from images, audio and video."""
 
     _list_fields = ("dominant_colors",)
@@ -519,8 +575,10 @@ class WebhookLog(WebhookLogSummary):
     response_body: Any = None
 
 
-class WebhookLogList(_Wire):
+class WebhookLogList(_WireWithLists):
     """The response of ``GET /v2/extract/{jobId}/webhook-logs``; ``items`` is required."""
+
+    _list_fields = ("items",)
 
     items: List[WebhookLogSummary]
 

@@ -231,3 +231,48 @@ def test_public_models_are_gc_free_structs() -> None:
     # gc=False keeps 1000-hit pages out of the cycle collector (see the benchmarks).
     for model in (SearchPage, asyncsearch.SearchHit, asyncsearch.Embeddings, ExtractionJob):
         assert model.__struct_config__.gc is False
+
+
+def test_webhook_log_list_null_items_reads_as_empty() -> None:
+    logs = protocol.decode_body(msgspec.json.Decoder(WebhookLogList), b'{"items": null}')
+    assert logs.items == []
+
+
+def test_only_structs_with_arrays_pay_for_post_init() -> None:
+    # msgspec calls __post_init__ for every decoded object: keep it off the array-free ones.
+    assert not hasattr(asyncsearch.User, "__post_init__")
+    assert not hasattr(asyncsearch.ExtractionJob, "__post_init__")
+    assert hasattr(SearchPage, "__post_init__")
+
+
+def test_lean_page_skips_embeddings_and_keeps_everything_else() -> None:
+    body = sample("search_page.json")
+    full = msgspec.json.decode(body, type=SearchPage)
+    lean = msgspec.json.decode(body, type=asyncsearch.LeanSearchPage)
+    assert not hasattr(lean.hits[0], "embeddings")
+    full_fields = msgspec.structs.asdict(full.hits[0])
+    full_fields.pop("embeddings")
+    assert msgspec.structs.asdict(lean.hits[0]) == full_fields
+    assert (lean.total, lean.has_more) == (full.total, full.has_more)
+
+
+def test_embedding_matrix() -> None:
+    np = pytest.importorskip("numpy")
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    hit = page.hits[0]
+    page.hits.append(msgspec.structs.replace(hit, id="no-embeddings", embeddings=None))
+    small = page.embedding_matrix()
+    assert small.shape == (2, 512)
+    assert small.dtype == np.float32
+    assert hit.embeddings is not None
+    assert small[0].tolist() == pytest.approx(hit.embeddings.small3_512, abs=1e-6)
+    assert np.isnan(small[1]).all()
+    assert page.embedding_matrix("clip2").shape == (2, 768)
+    empty = SearchPage(total=0, has_more=False)
+    assert empty.embedding_matrix().shape == (0, 0)
+    broken = msgspec.structs.replace(
+        hit, id="short", embeddings=asyncsearch.Embeddings(small3_512=[1.0])
+    )
+    page.hits.append(broken)
+    with pytest.raises(ValueError, match="'short' has 1 small3_512 values where others have 512"):
+        page.embedding_matrix()
