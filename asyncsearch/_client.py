@@ -124,12 +124,15 @@ class APIResponse(Generic[T]):
     ``attempts`` (how many were made), ``url`` and ``content`` (the raw body).
     """
 
-    __slots__ = ("_parsed", "_request", "_response", "attempts")
+    __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
 
-    def __init__(self, request: Request[T], response: Response, attempts: int) -> None:
+    def __init__(
+        self, request: Request[T], response: Response, attempts: int, secret: str = ""
+    ) -> None:
         self._request = request
         self._response = response
         self._parsed: tuple[T] | None = None
+        self._secret = secret
         self.attempts = attempts
 
     @property
@@ -162,6 +165,9 @@ class APIResponse(Generic[T]):
                 self._parsed = (self._request.parse(self._response.body),)
             except ResponseValidationError as exc:
                 exc.attempts = self.attempts
+                if self._secret and self._secret.encode() in exc.body:
+                    # A server (or a proxy's debug page) echoing the request's headers.
+                    exc.body = exc.body.replace(self._secret.encode(), b"[redacted]")
                 raise
         return self._parsed[0]
 
@@ -603,7 +609,7 @@ class AsyncSearchClient:
                     shared.retry_budget.on_success()
                 if pressure is not None:
                     pressure.on_success()
-                return APIResponse(request, response, attempts)
+                return APIResponse(request, response, attempts, secret)
 
             retry_after = protocol.parse_retry_after(response.headers)
             if pressure is not None and status in (429, 503):

@@ -227,7 +227,10 @@ def _validate_timestamp(name: str, value: object) -> datetime.datetime | str:
                 f"got {value!r}"
             )
         # Sent as ISO 8601 in UTC with "Z".
-        return value.astimezone(datetime.UTC)
+        try:
+            return value.astimezone(datetime.UTC)
+        except OverflowError:
+            raise InvalidRequestError(f"{name} is out of range in UTC, got {value!r}") from None
     if isinstance(value, str) and value:
         return value
     raise InvalidRequestError(
@@ -327,6 +330,13 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, content_type: 
         kind = f" (Content-Type {content_type!r})" if content_type else ""
         message = f"the response body is not valid JSON{kind}: {exc}"
         raise ResponseValidationError(message, path=None, body=body) from None
+    except UnicodeDecodeError as exc:
+        # msgspec reports invalid UTF-8 inside a string as the bare codec error. It holds the
+        # whole body, so it is raised outside this block, where it is not kept as __context__.
+        problem = f"is not valid UTF-8 JSON: {exc.reason} at byte {exc.start}"
+    except RecursionError:
+        problem = "is JSON nested deeper than the decoder can follow"
+    raise ResponseValidationError(f"the response body {problem}", path=None, body=body)
 
 
 def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
@@ -394,12 +404,23 @@ def search(
         pagination=pagination,
         sort=_opt(sort, _normalize_sort),
     )
+    try:
+        encoded = _encoder.encode(body)
+    except UnicodeEncodeError as exc:
+        raise _not_utf8("the search request", exc) from None
     return Request(
         method="POST",
         target="/v2/search",
-        body=_encoder.encode(body),
+        body=encoded,
         parse=_parse_search_page,
         endpoint="search",
+    )
+
+
+def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
+    bad = exc.object[exc.start : exc.end]
+    return InvalidRequestError(
+        f"{name} holds {bad!r}, which cannot be sent as UTF-8 ({exc.reason})"
     )
 
 
@@ -427,7 +448,10 @@ def link_preview(url: str, *, type: str | None = None) -> Request[LinkPreview]:
         raise InvalidRequestError(f"url must be a string, got {url.__class__.__name__}")
     if not url:
         raise InvalidRequestError("url must not be empty")
-    target = f"/v2/link?url={quote(url, safe='')}"
+    try:
+        target = f"/v2/link?url={quote(url, safe='')}"
+    except UnicodeEncodeError as exc:
+        raise _not_utf8("url", exc) from None
     if type is not None:
         if type not in _LINK_TYPES:
             raise InvalidRequestError(

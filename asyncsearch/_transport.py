@@ -39,6 +39,8 @@ USER_AGENT = (
 )
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
+#: How much of an error body is kept: enough for any message, small enough to never matter.
+_ERROR_BODY_LIMIT = 64 * 1024
 
 
 class Transport:
@@ -129,6 +131,7 @@ class Transport:
         )
         started = time.monotonic()
         current_url, current_method, current_body = url, method, body
+        last_status = 0
         try:
             for _ in range(max_redirects + 1):
                 async with session.request(
@@ -144,6 +147,7 @@ class Transport:
                     if resp.status in _REDIRECTS and location is not None:
                         target = redirect_target(current_url, location)
                         if target is not None:
+                            last_status = resp.status
                             resp.release()
                             if resp.status == 303 or (
                                 resp.status in (301, 302) and current_method == "POST"
@@ -151,16 +155,26 @@ class Transport:
                                 current_method, current_body = "GET", None
                             current_url = target
                             continue
-                    content = await _read_body(resp, max_response_bytes, decompress_here)
+                    if 200 <= resp.status < 300:
+                        content = await _read_body(resp, max_response_bytes, decompress_here)
+                    else:
+                        # An error body only feeds the error's message: a huge one (a proxy's
+                        # HTML page) is cut, so the status still decides, and a 5xx is retried.
+                        content = await _read_body(
+                            resp,
+                            min(max_response_bytes, _ERROR_BODY_LIMIT),
+                            decompress_here,
+                            cut=True,
+                        )
                     return Response(
                         status=resp.status,
-                        headers=resp.headers,
+                        headers=_scrub_headers(resp.headers, secret),
                         body=content,
                         url=current_url,
                         elapsed=time.monotonic() - started,
                     )
             raise status_error(
-                Response(status=310, headers={}, body=b"", url=current_url),
+                Response(status=last_status, headers={}, body=b"", url=current_url),
                 method=method,
                 attempts=None,
                 secret=secret,
@@ -176,12 +190,18 @@ class Transport:
             raise _translate(exc, secret) from exc
 
 
-async def _read_body(resp: aiohttp.ClientResponse, limit: int, decompress_here: bool) -> bytes:
+async def _read_body(
+    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, *, cut: bool = False
+) -> bytes:
+    """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
+
+    With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned.
+    """
     encoding = resp.headers.get("Content-Encoding", "").strip().lower() if decompress_here else ""
     if encoding in ("", "identity"):
         decompressor = None
         declared = resp.content_length
-        if declared is not None and declared > limit:
+        if declared is not None and declared > limit and not cut:
             raise _too_large(limit)
     elif encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.
@@ -194,14 +214,28 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int, decompress_here: 
         )
     parts: list[bytes] = []
     size = 0
+
+    def full(data: bytes) -> bool:
+        """Keep ``data``; True once the limit is reached and the rest can be dropped."""
+        nonlocal size
+        if size + len(data) > limit:
+            if not cut:
+                raise _too_large(limit)
+            parts.append(data[: limit - size])
+            size = limit
+            return True
+        parts.append(data)
+        size += len(data)
+        return False
+
     raw_deflate_tried = False
+    received = 0
     async for chunk in resp.content.iter_chunked(_CHUNK):
         if decompressor is None:
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            parts.append(chunk)
+            if full(chunk):
+                return b"".join(parts)
             continue
+        received += len(chunk)
         data = chunk
         while data:
             try:
@@ -215,17 +249,17 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int, decompress_here: 
                 raise APIConnectionError(
                     f"the response body is not valid {encoding} data", retryable=True
                 ) from None
-            size += len(out)
-            if size > limit:
-                raise _too_large(limit)
-            parts.append(out)
+            if full(out):
+                return b"".join(parts)
             data = decompressor.unconsumed_tail
     if decompressor is not None:
-        tail = decompressor.flush()
-        size += len(tail)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(tail)
+        if full(decompressor.flush()):
+            return b"".join(parts)
+        if received and not decompressor.eof:
+            # A stream cut before its end: its checksum was never read, so the data is suspect.
+            raise APIConnectionError(
+                f"the response body ended before its {encoding} data did", retryable=True
+            )
     return b"".join(parts)
 
 
@@ -243,9 +277,19 @@ def _scrub(exc: BaseException, secret: str) -> None:
             (k, "[redacted]" if k.lower() == "x-api-key" else redact(v, secret))
             for k, v in info.headers.items()
         )
-        exc.request_info = info._replace(headers=CIMultiDictProxy(clean))  # type: ignore[attr-defined]
+        scrubbed = info._replace(headers=CIMultiDictProxy(clean))
+        exc.request_info = scrubbed  # type: ignore[attr-defined]
+        # The constructor's arguments are kept in .args too (and pickled from there).
+        exc.args = tuple(scrubbed if arg is info else arg for arg in exc.args)
     if hasattr(exc, "history"):
         exc.history = ()
+
+
+def _scrub_headers(headers: CIMultiDictProxy[str], secret: str) -> CIMultiDictProxy[str]:
+    """Response headers as received, unless the server echoed the key: then with it replaced."""
+    if not any(secret in value for value in headers.values()):
+        return headers
+    return CIMultiDictProxy(CIMultiDict((k, redact(v, secret)) for k, v in headers.items()))
 
 
 def _translate(exc: Exception, secret: str) -> AsyncSearchError:

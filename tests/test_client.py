@@ -484,9 +484,10 @@ async def test_redirect_loop_ends_with_a_clear_error(serve: Serve) -> None:
 
     server = await serve(handler)
     async with make_client(server, max_redirects=3) as client:
-        with pytest.raises(APIStatusError, match="more than 3 redirects"):
+        with pytest.raises(APIStatusError, match="more than 3 redirects") as info:
             await client.get_extraction(JOB_ID)
     assert len(server.seen) == 4
+    assert info.value.status_code == 302
 
 
 # -- options and lifecycle ------------------------------------------------------------------------
@@ -765,3 +766,27 @@ async def test_aiohttp_request_info_inside_wrapped_errors_is_scrubbed() -> None:
     assert isinstance(cause, aiohttp.ClientResponseError)
     assert cause.request_info.headers["X-Api-Key"] == "[redacted]"
     assert API_KEY not in repr(cause)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+async def test_a_huge_error_body_is_cut_and_the_status_still_decides(
+    serve: Serve, compressed: bool
+) -> None:
+    page = b"<html>" + b"Service Unavailable " * 200_000 + b"</html>"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if compressed:
+            return web.Response(
+                status=503, body=gzip.compress(page), headers={"Content-Encoding": "gzip"}
+            )
+        return web.Response(status=503, body=page, content_type="text/html")
+
+    server = await serve(handler)
+    async with make_client(server, max_response_bytes=1024 * 1024) as client:
+        with pytest.raises(InternalServerError) as info:
+            await client.get_extraction(JOB_ID)
+    assert info.value.attempts == 3
+    assert len(server.seen) == 3
+    assert isinstance(info.value.body, str)
+    assert info.value.body.startswith("<html>Service Unavailable")
+    assert len(info.value.body) <= 4096
