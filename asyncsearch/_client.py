@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -40,6 +40,8 @@ from ._errors import (
 )
 from ._models import (
     ExtractionJob,
+    LeanSearchHit,
+    LeanSearchPage,
     LinkPreview,
     SearchFilters,
     SearchHit,
@@ -677,6 +679,7 @@ class AsyncSearchClient:
         """The same endpoints, returning ``APIResponse`` with status, headers and attempts."""
         return _RawResponses(self)
 
+    @overload
     async def search(
         self,
         text: str | None = None,
@@ -690,12 +693,48 @@ class AsyncSearchClient:
         page: int | None = None,
         page_size: int | None = None,
         sort: Sort | Mapping[str, Any] | None = None,
-    ) -> SearchPage:
+        embeddings: Literal[True] = True,
+    ) -> SearchPage: ...
+
+    @overload
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page: int | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        embeddings: Literal[False],
+    ) -> LeanSearchPage: ...
+
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page: int | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        embeddings: bool = True,
+    ) -> SearchPage | LeanSearchPage:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
         ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
-        ``None`` are not sent. Raises ``InvalidRequestError`` before sending when an argument is
-        past the spec's limits (text over 255 characters, precision outside [0, 1], ...).
+        ``None`` are not sent. ``embeddings=False`` decodes the hits without their embeddings
+        (``LeanSearchPage``): faster, and a fraction of the memory, for callers that do not need
+        them. Raises ``InvalidRequestError`` before sending when an argument is past the spec's
+        limits (text over 255 characters, precision outside [0, 1], ...).
         """
         request = protocol.search(
             text,
@@ -708,8 +747,10 @@ class AsyncSearchClient:
             page=page,
             page_size=page_size,
             sort=sort,
+            embeddings=embeddings,
         )
-        return (await self._send(request)).parse()
+        result: SearchPage | LeanSearchPage = (await self._send(request)).parse()
+        return result
 
     async def get_extraction(
         self, job_id: str | uuid.UUID, *, format: str | None = None
@@ -734,6 +775,7 @@ class AsyncSearchClient:
 
     # -- paging ------------------------------------------------------------------------------
 
+    @overload
     def search_pages(
         self,
         text: str | None = None,
@@ -750,7 +792,47 @@ class AsyncSearchClient:
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
-    ) -> SearchPager[SearchPage]:
+        embeddings: Literal[True] = True,
+    ) -> SearchPager[SearchPage]: ...
+
+    @overload
+    def search_pages(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        embeddings: Literal[False],
+    ) -> SearchPager[LeanSearchPage]: ...
+
+    def search_pages(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        embeddings: bool = True,
+    ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
         Takes the arguments of ``search`` except ``page``. The walk starts at ``start_page``
@@ -772,6 +854,7 @@ class AsyncSearchClient:
                 "incognito": incognito,
                 "page_size": page_size,
                 "sort": sort,
+                "embeddings": embeddings,
             },
             start_page=start_page,
             max_pages=max_pages,
@@ -779,6 +862,48 @@ class AsyncSearchClient:
             prefetch=prefetch,
             dedupe=dedupe,
         )
+
+    @overload
+    def search_hits(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        max_items: int | None = None,
+        embeddings: Literal[True] = True,
+    ) -> SearchPager[SearchHit]: ...
+
+    @overload
+    def search_hits(
+        self,
+        text: str | None = None,
+        *,
+        image: str | None = None,
+        resource_id: str | uuid.UUID | None = None,
+        filters: SearchFilters | Mapping[str, Any] | None = None,
+        precision: float | None = None,
+        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
+        incognito: bool | None = None,
+        page_size: int | None = None,
+        sort: Sort | Mapping[str, Any] | None = None,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        max_items: int | None = None,
+        embeddings: Literal[False],
+    ) -> SearchPager[LeanSearchHit]: ...
 
     def search_hits(
         self,
@@ -797,7 +922,8 @@ class AsyncSearchClient:
         prefetch: bool = True,
         dedupe: bool = False,
         max_items: int | None = None,
-    ) -> SearchPager[SearchHit]:
+        embeddings: bool = True,
+    ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
@@ -815,6 +941,7 @@ class AsyncSearchClient:
                 "incognito": incognito,
                 "page_size": page_size,
                 "sort": sort,
+                "embeddings": embeddings,
             },
             start_page=start_page,
             max_pages=max_pages,
@@ -839,7 +966,9 @@ class AsyncSearchClient:
         # Validates every argument now, so a bad one fails at the call, not at the first page.
         protocol.search(**arguments, page=first)
 
-        async def fetch_page(number: int) -> SearchPage:
+        # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
+        # the public overloads of search_pages/search_hits state the precise result.
+        async def fetch_page(number: int) -> Any:
             return (await self._send(protocol.search(**arguments, page=number))).parse()
 
         return SearchPager(
@@ -974,23 +1103,25 @@ def _redirect_reason(response: Response) -> str | None:
     return None
 
 
-def _page_hits(page: SearchPage) -> list[SearchHit]:
-    return page.hits
+def _page_hits(page: Any) -> list[Any]:
+    hits: list[Any] = page.hits
+    return hits
 
 
-def _hit_id(hit: SearchHit) -> str:
-    return hit.id
+def _hit_id(hit: Any) -> str:
+    hit_id: str = hit.id
+    return hit_id
 
 
-def _page_has_more(page: SearchPage) -> bool:
-    return page.has_more
+def _page_has_more(page: Any) -> bool:
+    return bool(page.has_more)
 
 
-def _page_total(page: SearchPage) -> int:
-    return page.total
+def _page_total(page: Any) -> int:
+    return int(page.total)
 
 
-def _replace_hits(page: SearchPage, hits: list[SearchHit]) -> SearchPage:
+def _replace_hits(page: Any, hits: list[Any]) -> Any:
     return msgspec.structs.replace(page, hits=hits)
 
 

@@ -41,6 +41,7 @@ from ._errors import (
 )
 from ._models import (
     ExtractionJob,
+    LeanSearchPage,
     LinkPreview,
     Pagination,
     SearchFilters,
@@ -308,6 +309,7 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 # ---------------------------------------------------------------------------------------------
 
 _search_page_decoder = msgspec.json.Decoder(SearchPage)
+_lean_search_page_decoder = msgspec.json.Decoder(LeanSearchPage)
 _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
 _link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
@@ -347,6 +349,10 @@ def _parse_search_page(body: bytes) -> SearchPage:
     return decode_body(_search_page_decoder, body)
 
 
+def _parse_lean_search_page(body: bytes) -> LeanSearchPage:
+    return decode_body(_lean_search_page_decoder, body)
+
+
 def _parse_extraction_job(body: bytes) -> ExtractionJob:
     return decode_body(_extraction_job_decoder, body)
 
@@ -375,8 +381,12 @@ def search(
     page: int | None = None,
     page_size: int | None = None,
     sort: Sort | Mapping[str, Any] | None = None,
-) -> Request[SearchPage]:
-    """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
+    embeddings: bool = True,
+) -> Request[Any]:
+    """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec.
+
+    ``embeddings=False`` decodes the answer as a ``LeanSearchPage``: the request is the same.
+    """
     if queries is not None:
         if isinstance(queries, str | bytes | Mapping) or not isinstance(queries, Sequence):
             raise InvalidRequestError(f"queries must be a list, got {type(queries).__name__}")
@@ -412,7 +422,7 @@ def search(
         method="POST",
         target="/v2/search",
         body=encoded,
-        parse=_parse_search_page,
+        parse=_parse_search_page if embeddings else _parse_lean_search_page,
         endpoint="search",
     )
 

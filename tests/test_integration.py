@@ -268,3 +268,17 @@ async def test_latency_past_the_read_timeout(emu: ServiceEmulator) -> None:
         with pytest.raises(APITimeoutError) as info:
             await client.list_webhook_logs(emu.jobs()[0]["id"])
     assert info.value.attempts == 2
+
+
+async def test_lean_search_skips_embeddings_everywhere(client: AsyncSearchClient) -> None:
+    full = await client.search("invoice", precision=0)
+    lean = await client.search("invoice", precision=0, embeddings=False)
+    assert isinstance(lean, asyncsearch.LeanSearchPage)
+    assert [h.id for h in lean.hits] == [h.id for h in full.hits]
+    assert not hasattr(lean.hits[0], "embeddings")
+    hits = [h async for h in client.search_hits("invoice", embeddings=False, max_items=30)]
+    assert all(isinstance(h, asyncsearch.LeanSearchHit) for h in hits)
+    pages = [p async for p in client.search_pages("invoice", embeddings=False, max_pages=2)]
+    assert all(isinstance(p, asyncsearch.LeanSearchPage) for p in pages)
+    matrix = full.embedding_matrix("clip2")
+    assert matrix.shape == (len(full.hits), 768)
