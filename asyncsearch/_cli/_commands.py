@@ -1,0 +1,139 @@
+"""The commands that make one call or one walk: search, extract, link, webhook-logs."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.text import Text
+
+from asyncsearch import SearchFilters, SearchHit, image_data_url
+
+from ._render import (
+    hits_table,
+    link_preview_table,
+    stdout_console,
+    webhook_logs_table,
+    write_json_line,
+    write_pretty_json,
+    write_text,
+)
+from ._run import EXIT_OK, CommandError, Context
+
+__all__ = ["extract", "link", "search", "webhook_logs"]
+
+MAX_PAGE_SIZE = 100  # the spec's limit of pageSize
+
+
+def _filters(args: argparse.Namespace) -> SearchFilters | None:
+    values = {
+        "kinds": args.kinds,
+        "color": args.color,
+        "parent_ids": args.parent_ids,
+        "ancestor_ids": args.ancestor_ids,
+        "tag_ids": args.tag_ids,
+        "user_ids": args.user_ids,
+        "created_after": args.created_after,
+        "created_before": args.created_before,
+    }
+    given = {name: value for name, value in values.items() if value is not None}
+    # No flag given: send no filters at all rather than an empty object.
+    return SearchFilters(**given) if given else None
+
+
+async def search(ctx: Context) -> int:
+    """``asyncsearch search``: walk the hits of a search, as a table or JSON lines."""
+    args = ctx.args
+    image = image_data_url(args.image) if args.image else None
+    if args.resource_id:
+        ctx.subject = f"resource {args.resource_id}"
+    page_size = args.page_size or min(args.max_items, MAX_PAGE_SIZE)
+    found: list[SearchHit] = []
+    async with ctx.client() as client:
+        pager = client.search_hits(
+            args.text,
+            image=image,
+            resource_id=args.resource_id,
+            filters=_filters(args),
+            precision=args.precision,
+            incognito=True if args.incognito else None,
+            page_size=page_size,
+            sort=args.sort,
+            max_items=args.max_items,
+        )
+        async with pager as hits:
+            async for hit in hits:
+                if args.json:
+                    write_json_line(hit)
+                else:
+                    found.append(hit)
+    if args.json:
+        return EXIT_OK
+    console = stdout_console()
+    if not found:
+        console.print("no hits")
+        return EXIT_OK
+    console.print(hits_table(found))
+    total = pager.total
+    more = f" of {total}" if total is not None and total > len(found) else ""
+    console.print(Text(f"{len(found)}{more} hits", style="dim"))
+    return EXIT_OK
+
+
+async def extract(ctx: Context) -> int:
+    """``asyncsearch extract``: one extraction job as JSON, or its Markdown caption."""
+    args = ctx.args
+    ctx.subject = f"extraction job {args.job_id}"
+    async with ctx.client() as client:
+        job = await client.get_extraction(args.job_id, format=args.format)
+    if args.json:
+        write_json_line(job)
+    elif args.format == "markdown":
+        common = job.extraction.common if job.extraction is not None else None
+        if common is None or not common.caption:
+            raise CommandError(
+                f"extraction job {job.id} has no caption to show (state: {job.state})"
+            )
+        # Written as is, not through rich, which would wrap long lines to the terminal's width.
+        write_text(common.caption)
+    else:
+        write_pretty_json(job)
+    return EXIT_OK
+
+
+async def link(ctx: Context) -> int:
+    """``asyncsearch link``: the link preview of a URL."""
+    args = ctx.args
+    ctx.subject = f"a preview of {args.url}"
+    async with ctx.client() as client:
+        preview = await client.link_preview(args.url, type=args.type)
+    if args.json:
+        write_json_line(preview)
+    else:
+        stdout_console().print(link_preview_table(preview))
+    return EXIT_OK
+
+
+async def webhook_logs(ctx: Context) -> int:
+    """``asyncsearch webhook-logs``: the webhook deliveries of a job, or one of them."""
+    args = ctx.args
+    async with ctx.client() as client:
+        if args.log_id is not None:
+            ctx.subject = f"webhook log {args.log_id} of extraction job {args.job_id}"
+            log = await client.get_webhook_log(args.job_id, args.log_id)
+            if args.json:
+                write_json_line(log)
+            else:
+                write_pretty_json(log)
+            return EXIT_OK
+        ctx.subject = f"extraction job {args.job_id}"
+        logs = await client.list_webhook_logs(args.job_id)
+    if args.json:
+        for summary in logs:
+            write_json_line(summary)
+        return EXIT_OK
+    console = stdout_console()
+    if not logs:
+        console.print(f"no webhook deliveries for extraction job {args.job_id}")
+        return EXIT_OK
+    console.print(webhook_logs_table(logs))
+    return EXIT_OK

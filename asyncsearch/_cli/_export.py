@@ -1,0 +1,456 @@
+"""``asyncsearch extract-many``: a resumable export of extraction results to JSON Lines.
+
+The output file is the only state. Each result is written as one line and flushed as soon as it
+arrives, so a killed run loses at most the requests in flight; on start the file is read back
+(only the ``jobId`` and ``ok`` of each line are decoded) to know what is done. Nothing is ever
+rewritten: ``--retry-failed`` appends, and the last line of an id wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import stat
+import sys
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+import msgspec
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from asyncsearch import AuthenticationError, ExtractionResult
+
+from ._render import stderr_console
+from ._run import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, Context
+
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ["extract_many"]
+
+#: After Ctrl-C or SIGTERM, how long the requests in flight may take before they are dropped.
+GRACE_SECONDS = 15.0
+CHUNK_SIZE = 64 * 1024
+
+
+class _LineHead(msgspec.Struct, rename="camel"):
+    """What resuming needs of an output line; the job itself is skipped without being decoded."""
+
+    job_id: str
+    ok: bool
+
+
+_head_decoder = msgspec.json.Decoder(_LineHead)
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass
+class _Existing:
+    """What an earlier run left in the output file."""
+
+    state: dict[str, bool] = field(default_factory=dict)  # id -> ok of its last valid line
+    lines: int = 0
+    bad_lines: int = 0
+    cut_bytes: int = 0  # a partial last line, cut off
+
+
+def _scan(handle: IO[bytes]) -> _Existing:
+    """Read back an output file, cut a partial last line off, and leave it ready to append."""
+    found = _Existing()
+    handle.seek(0)
+    end = 0  # where the last complete line ends
+    unterminated = False
+    for line in handle:
+        terminated = line.endswith(b"\n")
+        if not line.strip():
+            end += len(line)
+            continue
+        try:
+            head = _head_decoder.decode(line)
+        except msgspec.DecodeError:
+            if not terminated:
+                # A line cut short by a kill in the middle of a write (only ever the last one).
+                found.cut_bytes = len(line)
+                break
+            found.bad_lines += 1
+        else:
+            found.state[head.job_id] = head.ok
+            found.lines += 1
+            # A complete line that only lacks its newline (an edited file) is kept.
+            unterminated = not terminated
+        end += len(line)
+    if found.cut_bytes:
+        handle.truncate(end)
+    handle.seek(0, os.SEEK_END)
+    if unterminated:
+        handle.write(b"\n")
+        handle.flush()
+    return found
+
+
+def _lock(handle: IO[bytes], name: str) -> None:
+    """Refuse a second export writing to the same file, which would interleave their lines."""
+    if sys.platform == "win32":
+        return
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise CommandError(
+            f"{name} is being written by another extract-many; wait for it to finish",
+            EXIT_USAGE,
+        ) from None
+
+
+def _open_output(name: str) -> tuple[IO[bytes], _Existing]:
+    try:
+        handle = open(name, "a+b")  # noqa: SIM115 - closed by the caller when the run ends
+    except OSError as exc:
+        raise CommandError(f"cannot open the output file: {exc}", EXIT_USAGE) from None
+    try:
+        _lock(handle, name)
+        return handle, _scan(handle)
+    except BaseException:
+        handle.close()
+        raise
+
+
+class _Chunks(Protocol):
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _FileChunks:
+    """Chunks of a regular file, read in the event loop's thread: a local read is short."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+
+    async def read(self) -> bytes:
+        return self._handle.read(CHUNK_SIZE)
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class _PipeChunks:
+    """Chunks of a pipe or terminal (stdin), each read in a daemon thread when asked for.
+
+    A slow producer then never blocks the event loop, and a read still waiting at exit never
+    holds the process: the thread is a daemon, and ``os.read`` takes none of the locks of
+    Python's buffered files, which a daemon thread blocked in ``sys.stdin.buffer.read`` would
+    hold while the interpreter shuts down.
+    """
+
+    def __init__(self, fd: int, keep: object = None) -> None:
+        self._fd = fd
+        self._keep = keep  # the file object owning fd, kept open for as long as we may read
+        self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]]]
+        self._requests = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    async def read(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="asyncsearch ids reader", daemon=True
+            )
+            self._thread.start()
+        self._requests.put((loop, future))
+        return await future
+
+    def _serve(self) -> None:
+        while True:
+            loop, future = self._requests.get()
+            data = b""
+            failure: OSError | None = None
+            try:
+                data = os.read(self._fd, CHUNK_SIZE)
+            except OSError as exc:
+                failure = exc
+            try:
+                loop.call_soon_threadsafe(_settle, future, data, failure)
+            except RuntimeError:
+                return  # the event loop is closed: nobody is waiting any more
+            if not data:
+                return
+
+    def close(self) -> None:
+        # Not closed while the thread may still read it; the process exit closes it.
+        pass
+
+
+def _settle(future: asyncio.Future[bytes], data: bytes, failure: OSError | None) -> None:
+    if future.done():  # the reader was cancelled meanwhile
+        return
+    if failure is not None:
+        future.set_exception(failure)
+    else:
+        future.set_result(data)
+
+
+def _open_ids(name: str) -> tuple[_Chunks, bool]:
+    """The ids input as chunks, and whether it is a regular file (whose size can be counted)."""
+    if name == "-":
+        return _PipeChunks(sys.stdin.fileno()), False
+    try:
+        handle = open(name, "rb")  # noqa: SIM115 - closed with the chunks
+    except OSError as exc:
+        raise CommandError(f"cannot read the ids: {exc}", EXIT_USAGE) from None
+    if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        return _FileChunks(handle), True
+    return _PipeChunks(handle.fileno(), keep=handle), False
+
+
+def _clean(raw: bytes) -> str | None:
+    """The job id on a line of the input, or None for a blank line or a # comment."""
+    text = raw.decode("utf-8", "replace").strip().lstrip("\ufeff").strip()
+    if not text or text.startswith("#"):
+        return None
+    return text
+
+
+async def _lines(chunks: _Chunks) -> AsyncGenerator[bytes]:
+    rest = b""
+    while True:
+        chunk = await chunks.read()
+        if not chunk:
+            break
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        for part in parts:
+            yield part
+    if rest:
+        yield rest
+
+
+@dataclass
+class _Export:
+    """The state of one run: what is done, what was read, what is in flight."""
+
+    done: dict[str, bool]
+    retry_failed: bool
+    seen: set[str] = field(default_factory=set)
+    duplicates: int = 0
+    skipped_ok: int = 0
+    skipped_failed: int = 0
+    fetched_ok: int = 0
+    fetched_failed: int = 0
+    in_flight: int = 0  # ids handed to the fetcher whose result has not been written yet
+    stopping: bool = False
+
+    def wanted(self, job_id: str) -> bool:
+        """Whether to fetch ``job_id``, counting it as a duplicate or as already done if not."""
+        if job_id in self.seen:
+            self.duplicates += 1
+            return False
+        self.seen.add(job_id)
+        previous = self.done.get(job_id)
+        if previous is True:
+            self.skipped_ok += 1
+            return False
+        if previous is False and not self.retry_failed:
+            self.skipped_failed += 1
+            return False
+        return True
+
+    async def pending(self, chunks: _Chunks) -> AsyncIterator[str]:
+        """The ids to fetch, read lazily; ends early once the run is stopping."""
+        async with aclosing(_lines(chunks)) as lines:
+            async for raw in lines:
+                if self.stopping:
+                    return
+                job_id = _clean(raw)
+                if job_id is None or not self.wanted(job_id):
+                    continue
+                self.in_flight += 1
+                yield job_id
+
+    @property
+    def fetched(self) -> int:
+        return self.fetched_ok + self.fetched_failed
+
+    @property
+    def failed(self) -> int:
+        return self.fetched_failed + self.skipped_failed
+
+
+def _count_pending(name: str, done: dict[str, bool], retry_failed: bool) -> int:
+    """How many ids a run will fetch, for the progress bar's total (one quick extra read)."""
+    counter = _Export(done=done, retry_failed=retry_failed)
+    with open(name, "rb") as handle:
+        return sum(1 for raw in handle if (job_id := _clean(raw)) and counter.wanted(job_id))
+
+
+def _line(result: ExtractionResult, ctx: Context) -> bytes:
+    job_id = str(result.job_id)
+    if result.error is None:
+        return _encoder.encode({"jobId": job_id, "ok": True, "job": result.job}) + b"\n"
+    failure = result.error
+    body: dict[str, Any] = {
+        "jobId": job_id,
+        "ok": False,
+        "error": {
+            "type": type(failure).__name__,
+            "message": ctx.redact(str(failure)),
+            "status": getattr(failure, "status_code", None),
+        },
+    }
+    return _encoder.encode(body) + b"\n"
+
+
+def _progress(total: int | None) -> Progress:
+    console = stderr_console()
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[red]{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _summary(export: _Export, output: str, elapsed: float, *, stopped: str | None) -> str:
+    """The closing report; ``stopped`` says why a run that did not finish ended early."""
+    rate = f", {export.fetched / elapsed:.0f}/s" if elapsed > 0 and export.fetched else ""
+    if stopped is not None:
+        return (
+            f"extract-many: {stopped} after fetching {_count(export.fetched, 'id')} "
+            f"({export.fetched_ok} ok, {export.fetched_failed} failed) in {elapsed:.1f} s; "
+            "run the same command again to resume"
+        )
+    details = [f"fetched {export.fetched} in {elapsed:.1f} s{rate}" if export.fetched else ""]
+    earlier = export.skipped_ok + export.skipped_failed
+    if earlier:
+        details.append(f"{earlier} already in {output}")
+    if export.duplicates:
+        details.append(f"{_count(export.duplicates, 'repeated id')} ignored")
+    ok = export.fetched_ok + export.skipped_ok
+    line = (
+        f"extract-many: {_count(len(export.seen), 'id')}, {ok} ok, {export.failed} failed "
+        f"({'; '.join(d for d in details if d) or 'nothing to fetch'})"
+    )
+    if export.failed:
+        kept = f" ({export.skipped_failed} from an earlier run)" if export.skipped_failed else ""
+        line += (
+            f"\nextract-many: {_count(export.failed, 'id')} failed{kept}: see the lines with "
+            '"ok": false; --retry-failed fetches them again'
+        )
+    return line
+
+
+async def extract_many(ctx: Context) -> int:
+    """``asyncsearch extract-many``: fetch many jobs into a resumable JSON Lines file."""
+    args = ctx.args
+    client = ctx.client()  # a missing key or URL is reported before any file is touched
+    chunks, countable = _open_ids(args.ids)
+    out: IO[bytes]
+    if args.output == "-":
+        out, existing = sys.stdout.buffer, _Existing()
+    else:
+        try:
+            out, existing = _open_output(args.output)
+        except BaseException:
+            chunks.close()
+            raise
+    export = _Export(done=existing.state, retry_failed=args.retry_failed)
+    total = None
+    if countable and stderr_console().is_terminal:
+        total = _count_pending(args.ids, existing.state, args.retry_failed)
+    progress = _progress(total)
+    say = progress.console.print
+    if existing.cut_bytes:
+        say(
+            f"extract-many: cut off a partial last line ({existing.cut_bytes} bytes) left by an "
+            "interrupted run",
+            markup=False,
+            soft_wrap=True,
+        )
+    if existing.bad_lines:
+        say(
+            f"extract-many: {_count(existing.bad_lines, 'line')} of {args.output} did not "
+            "parse; ignored, their ids are fetched again",
+            markup=False,
+            soft_wrap=True,
+        )
+
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []
+
+    def on_signal(signum: int) -> bool:
+        export.stopping = True
+        if export.in_flight == 0:
+            return False  # nothing to wait for: stop at once
+        say(
+            f"extract-many: stopping; writing the {export.in_flight} results in flight "
+            f"(up to {GRACE_SECONDS:.0f} s; press Ctrl-C again to stop now)",
+            markup=False,
+            soft_wrap=True,
+        )
+        timers.append(loop.call_later(GRACE_SECONDS, ctx.runtime.cancel))
+        return True
+
+    ctx.runtime.on_signal = on_signal
+    started = time.monotonic()
+    task = progress.add_task("fetching", total=total, failed=0)
+    finished = False
+    try:
+        with progress:
+            async with (
+                client,
+                client.iter_extractions(
+                    export.pending(chunks), concurrency=args.concurrency, format=args.format
+                ) as results,
+            ):
+                async for result in results:
+                    export.in_flight -= 1
+                    if isinstance(result.error, AuthenticationError):
+                        # Every other id would fail the same way: stop, and record nothing.
+                        raise result.error
+                    out.write(_line(result, ctx))
+                    out.flush()
+                    if result.ok:
+                        export.fetched_ok += 1
+                    else:
+                        export.fetched_failed += 1
+                    progress.update(task, advance=1, failed=export.fetched_failed)
+                    if export.stopping and export.in_flight == 0:
+                        break
+        finished = not export.stopping
+    finally:
+        for timer in timers:
+            timer.cancel()
+        chunks.close()
+        if out is not sys.stdout.buffer:
+            out.close()
+        stopped = None
+        if not finished:
+            stopped = "interrupted" if ctx.runtime.signal is not None else "stopped"
+        elapsed = time.monotonic() - started
+        print(_summary(export, args.output, elapsed, stopped=stopped), file=sys.stderr, flush=True)
+    if not finished:
+        return ctx.runtime.exit_code
+    return EXIT_FAILURE if export.failed else EXIT_OK

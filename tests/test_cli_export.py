@@ -1,0 +1,317 @@
+"""``asyncsearch extract-many``: one line per id, and resuming after an interruption."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import pytest_asyncio
+
+from asyncsearch import ExtractionJob
+from asyncsearch.testing import ServiceEmulator
+
+from .cli_helpers import (
+    TEST_KEY,
+    cli_env,
+    extract_fetches,
+    finish,
+    read_jsonl,
+    run_cli,
+    start_cli,
+)
+
+N_JOBS = 400
+CONCURRENCY = 4
+
+
+@pytest_asyncio.fixture
+async def emu() -> AsyncIterator[ServiceEmulator]:
+    async with ServiceEmulator(api_key=TEST_KEY, seed=3, n_resources=20, n_jobs=N_JOBS) as e:
+        yield e
+
+
+def _unknown_ids(n: int) -> list[str]:
+    return [str(uuid.uuid4()) for _ in range(n)]
+
+
+def _by_id(lines: list[dict[str, object]]) -> dict[object, list[dict[str, object]]]:
+    found: dict[object, list[dict[str, object]]] = {}
+    for line in lines:
+        found.setdefault(line["jobId"], []).append(line)
+    return found
+
+
+def _line_count(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+async def _wait_for_lines(path: Path, count: int, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            if _line_count(path) >= count:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_one_line_per_distinct_id_with_failures_reported(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    known = [job["id"] for job in emu.jobs()[:295]]
+    unknown = _unknown_ids(5)
+    ids_file = tmp_path / "ids.txt"
+    # Comments, blank lines, CRLF endings and repeated ids, as real id lists have them.
+    text = "# jobs to export\n\n" + "\r\n".join(known + unknown) + "\n  \n" + "\n".join(known[:10])
+    ids_file.write_text(text)
+    out = tmp_path / "out.jsonl"
+    result = await run_cli("extract-many", str(ids_file), "-o", str(out), env=cli_env(emu))
+    assert result.code == 1, result.stderr  # some ids failed
+    assert "300 ids, 295 ok, 5 failed" in result.stderr
+    assert "10 repeated ids ignored" in result.stderr
+    lines = read_jsonl(out)
+    by_id = _by_id(lines)
+    assert len(lines) == 300
+    assert set(by_id) == set(known) | set(unknown)
+    for job_id in known:
+        (line,) = by_id[job_id]
+        assert line["ok"] is True
+        job = msgspec.json.decode(msgspec.json.encode(line["job"]), type=ExtractionJob)
+        wire = msgspec.json.encode(emu.job(job_id))
+        assert job == msgspec.json.decode(wire, type=ExtractionJob)
+    for job_id in unknown:
+        (line,) = by_id[job_id]
+        assert line["ok"] is False
+        error = line["error"]
+        assert isinstance(error, dict)
+        assert error["type"] == "NotFoundError"
+        assert error["status"] == 404
+        assert job_id in error["message"]
+    assert sorted(extract_fetches(emu).values()) == [1] * 300
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+async def test_interrupted_then_resumed_fetches_each_id_once(
+    emu: ServiceEmulator, tmp_path: Path, signum: int, code: int
+) -> None:
+    ids = [job["id"] for job in emu.jobs()]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", str(CONCURRENCY))
+    emu.faults.set("extract", latency=0.02)
+    process = await start_cli(*args, env=cli_env(emu))
+    await _wait_for_lines(out, 40)
+    process.send_signal(signum)
+    first = await finish(process)
+    assert first.code == code, first.stderr
+    assert "interrupted after fetching" in first.stderr
+    written = read_jsonl(out)
+    assert 40 <= len(written) < N_JOBS
+    # What was in flight was written before exiting: every request made has its line.
+    assert sum(extract_fetches(emu).values()) == len(written)
+
+    emu.faults.clear()
+    second = await run_cli(*args, env=cli_env(emu))
+    assert second.code == 0, second.stderr
+    assert f"{len(written)} already in" in second.stderr
+    lines = read_jsonl(out)
+    assert lines[: len(written)] == written
+    assert sorted(line["jobId"] for line in lines) == sorted(ids)
+    fetches = extract_fetches(emu)
+    assert set(fetches) == set(ids)
+    assert set(fetches.values()) == {1}
+
+
+async def test_killed_then_resumed_loses_and_repeats_nothing_but_what_was_in_flight(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", str(CONCURRENCY))
+    emu.faults.set("extract", latency=0.02)
+    process = await start_cli(*args, env=cli_env(emu))
+    await _wait_for_lines(out, 40)
+    process.kill()
+    first = await finish(process)
+    assert first.code == -signal.SIGKILL
+    lines_before = out.read_bytes().count(b"\n")
+    assert lines_before < N_JOBS
+
+    emu.faults.clear()
+    second = await run_cli(*args, env=cli_env(emu))
+    assert second.code == 0, second.stderr
+    lines = read_jsonl(out)
+    assert sorted(line["jobId"] for line in lines) == sorted(ids)
+    assert all(line["ok"] for line in lines)
+    fetches = extract_fetches(emu)
+    assert set(fetches) == set(ids)
+    assert max(fetches.values()) <= 2
+    # Only requests in flight, or answered but not yet written, when the kill came are repeated.
+    assert sum(1 for n in fetches.values() if n == 2) <= 2 * CONCURRENCY
+
+
+async def test_a_partial_last_line_is_cut_off_before_appending(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()[:20]]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids))  # no final newline: the last id still counts
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out))
+    assert (await run_cli(*args, env=cli_env(emu))).code == 0
+    complete = out.read_bytes().splitlines(keepends=True)
+    assert len(complete) == 20
+    # What a kill in the middle of writing the last line leaves behind.
+    out.write_bytes(b"".join(complete[:-1]) + complete[-1][: len(complete[-1]) // 2])
+    cut_id = read_jsonl_line(complete[-1])
+
+    result = await run_cli(*args, env=cli_env(emu))
+    assert result.code == 0, result.stderr
+    assert "cut off a partial last line" in result.stderr
+    lines = read_jsonl(out)  # every line parses, and the file ends with a newline
+    assert len(lines) == 20
+    assert sorted(line["jobId"] for line in lines) == sorted(ids)
+    assert lines[-1]["jobId"] == cut_id
+    fetches = extract_fetches(emu)
+    assert fetches[cut_id] == 2
+    assert sum(fetches.values()) == 21
+
+
+def read_jsonl_line(line: bytes) -> str:
+    job_id = msgspec.json.decode(line)["jobId"]
+    assert isinstance(job_id, str)
+    return job_id
+
+
+async def test_a_line_that_does_not_parse_is_reported_and_its_id_fetched_again(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()[:10]]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out))
+    assert (await run_cli(*args, env=cli_env(emu))).code == 0
+    lines = out.read_bytes().splitlines(keepends=True)
+    damaged_id = read_jsonl_line(lines[3])
+    lines[3] = lines[3][:40] + b"\n"  # damaged in the middle, e.g. by an editor
+    out.write_bytes(b"".join(lines))
+
+    result = await run_cli(*args, env=cli_env(emu))
+    assert result.code == 0, result.stderr
+    assert f"1 line of {out} did not parse" in result.stderr
+    after = out.read_bytes().splitlines(keepends=True)
+    assert after[:10] == lines  # nothing rewritten
+    assert len(after) == 11
+    assert read_jsonl_line(after[10]) == damaged_id
+    assert extract_fetches(emu)[damaged_id] == 2
+
+
+async def test_retry_failed_fetches_failures_again_and_appends(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    known = [job["id"] for job in emu.jobs()[:10]]
+    unknown = _unknown_ids(2)
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(known + unknown) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out))
+    first = await run_cli(*args, env=cli_env(emu))
+    assert first.code == 1
+    assert [line["ok"] for line in read_jsonl(out)].count(False) == 2
+    for job_id in unknown:  # the jobs appear on the service meanwhile
+        emu.add_job(id=job_id, state="done")
+
+    again = await run_cli(*args, env=cli_env(emu))
+    assert again.code == 1  # failures are kept without --retry-failed
+    assert "2 ids failed (2 from an earlier run)" in again.stderr
+    assert sum(extract_fetches(emu).values()) == 12
+
+    retried = await run_cli(*args, "--retry-failed", env=cli_env(emu))
+    assert retried.code == 0, retried.stderr
+    by_id = _by_id(read_jsonl(out))
+    assert len(by_id) == 12
+    for job_id in unknown:
+        assert [line["ok"] for line in by_id[job_id]] == [False, True]  # the last line wins
+    assert all(len(by_id[job_id]) == 1 for job_id in known)
+    fetches = extract_fetches(emu)
+    assert [fetches[job_id] for job_id in unknown] == [2, 2]
+    assert sum(fetches.values()) == 14
+
+
+async def test_ids_from_stdin_to_stdout(emu: ServiceEmulator) -> None:
+    ids = [job["id"] for job in emu.jobs()[:30]]
+    data = ("\n".join(ids + ids[:5]) + "\n").encode()
+    result = await run_cli("extract-many", "-", "--output", "-", env=cli_env(emu), input=data)
+    assert result.code == 0, result.stderr
+    lines = [msgspec.json.decode(line) for line in result.stdout.splitlines()]
+    assert sorted(line["jobId"] for line in lines) == sorted(ids)
+    assert "30 ids, 30 ok, 0 failed" in result.stderr
+
+
+async def test_a_refused_key_stops_the_export_and_writes_nothing(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:50]) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = await run_cli(
+        "extract-many",
+        str(ids_file),
+        "-o",
+        str(out),
+        env=cli_env(emu, ASYNCSEARCH_API_KEY="wrong-key-4Fq"),
+    )
+    assert result.code == 1
+    assert "refused the API key (401)" in result.stderr
+    assert "wrong-key-4Fq" not in result.output
+    assert out.read_bytes() == b""
+
+
+async def test_bad_arguments_exit_2_before_anything_is_fetched(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(emu.jobs()[0]["id"] + "\n")
+    env = cli_env(emu)
+    missing_ids, output_is_a_dir, no_concurrency, no_output = await asyncio.gather(
+        run_cli("extract-many", str(tmp_path / "nope.txt"), "-o", str(tmp_path / "o"), env=env),
+        run_cli("extract-many", str(ids_file), "-o", str(tmp_path), env=env),
+        run_cli("extract-many", str(ids_file), "-o", "-", "--concurrency", "0", env=env),
+        run_cli("extract-many", str(ids_file), env=env),
+    )
+    assert missing_ids.code == 2
+    assert "cannot read the ids" in missing_ids.stderr
+    assert output_is_a_dir.code == 2
+    assert "cannot open the output file" in output_is_a_dir.stderr
+    assert no_concurrency.code == 2
+    assert "--concurrency" in no_concurrency.stderr
+    assert no_output.code == 2
+    assert "--output" in no_output.stderr
+    assert emu.stats.count() == 0
+
+
+async def test_a_second_export_to_the_same_file_is_refused(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:40]) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", "2")
+    emu.faults.set("extract", latency=0.05)
+    first = await start_cli(*args, env=cli_env(emu))
+    await _wait_for_lines(out, 2)
+    second = await run_cli(*args, env=cli_env(emu))
+    assert second.code == 2
+    assert "being written by another extract-many" in second.stderr
+    assert (await finish(first)).code == 0
+    assert sorted(extract_fetches(emu).values()) == [1] * 40

@@ -1,0 +1,107 @@
+"""``asyncsearch serve`` and ``asyncsearch demo``: the emulator from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+
+import pytest
+
+from asyncsearch import AsyncSearchClient, AuthenticationError
+
+from .cli_helpers import cli_env, finish, run_cli, start_cli
+
+EXPORT_LINE = re.compile(
+    r"export ASYNCSEARCH_BASE_URL=(?P<url>\S+) ASYNCSEARCH_API_KEY=(?P<key>\S+)"
+)
+
+
+async def _read_until(stream: asyncio.StreamReader, marker: str, timeout: float = 20.0) -> str:
+    text = ""
+    async with asyncio.timeout(timeout):
+        while marker not in text:
+            line = await stream.readline()
+            if not line:
+                break
+            text += line.decode()
+    return text
+
+
+async def test_serve_prints_a_working_url_and_key_and_stops_on_ctrl_c() -> None:
+    process = await start_cli("serve", "--port", "0", "--jobs", "5", env=cli_env())
+    try:
+        assert process.stdout is not None
+        banner = await _read_until(process.stdout, "Press Ctrl-C to stop.")
+        found = EXPORT_LINE.search(banner)
+        assert found is not None, banner
+        url, key = found["url"], found["key"]
+        assert url.startswith("http://127.0.0.1:")
+        async with AsyncSearchClient(api_key=key, base_url=url) as client:
+            page = await client.search("invoice")
+            assert page.total > 0
+            with pytest.raises(AuthenticationError):
+                await client.with_options(api_key="not-" + key, max_retries=0).search("invoice")
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+        result = await finish(process)
+    assert result.code == 0, result.stderr
+    assert result.stdout.strip().endswith("stopped")
+    assert "Traceback" not in result.stderr
+
+
+async def test_serve_with_a_given_key_does_not_print_it() -> None:
+    secret = "given-key-Hn47"
+    process = await start_cli(
+        "serve", "--port", "0", "--jobs", "0", env=cli_env(ASYNCSEARCH_API_KEY=secret)
+    )
+    try:
+        assert process.stdout is not None
+        banner = await _read_until(process.stdout, "Press Ctrl-C to stop.")
+        url = re.search(r"export ASYNCSEARCH_BASE_URL=(\S+)", banner)
+        assert url is not None, banner
+        async with AsyncSearchClient(api_key=secret, base_url=url[1]) as client:
+            assert (await client.search("invoice")).total > 0
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        result = await finish(process)
+    assert result.code == 0, result.stderr
+    assert secret not in banner + result.output
+
+
+async def test_serve_refuses_a_host_that_is_not_loopback() -> None:
+    result = await run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=cli_env())
+    assert result.code == 2
+    assert "--allow-remote" in result.stderr
+    assert result.stdout == ""
+
+
+async def test_demo_runs_every_section_without_configuration() -> None:
+    result = await run_cli("demo", env=cli_env(), timeout=50)
+    assert result.code == 0, result.stderr
+    for heading in (
+        "1. Search",
+        "2. Walking pages",
+        "3. Bulk fetch with retries",
+        "4. Link preview",
+        "5. Webhook logs",
+    ):
+        assert heading in result.stdout
+    assert "305: 300 ok, 5 failed (5 NotFoundError)" in result.stdout
+    assert re.search(r"of which [1-9]\d* got a 503 and were retried", result.stdout)
+    assert "Done in" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+async def test_serve_on_a_port_in_use_exits_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = await run_cli("serve", "--port", str(port), env=cli_env())
+    assert result.code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
