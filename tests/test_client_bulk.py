@@ -244,7 +244,9 @@ async def test_overload_shrinks_concurrency(serve: Serve, no_backoff: list[float
     assert max(seen_in_flight[-50:]) <= 2
 
 
-@pytest.mark.parametrize("how", ["break", "aclose", "cancel-gather", "cancel-iter"])
+@pytest.mark.parametrize(
+    "how", ["break", "aclose", "async with", "exception", "cancel-gather", "cancel-iter"]
+)
 async def test_leaving_a_bulk_fetch_early_cleans_up(serve: Serve, how: str) -> None:
     server = await serve(extract_handler(latency=0.05))
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
@@ -256,6 +258,13 @@ async def test_leaving_a_bulk_fetch_early_cleans_up(serve: Serve, how: str) -> N
             results = client.iter_extractions(ids, concurrency=8)
             await results.__anext__()
             await results.aclose()
+        elif how == "async with":
+            async with client.iter_extractions(ids, concurrency=8) as results:
+                await results.__anext__()
+        elif how == "exception":
+            with pytest.raises(LookupError):  # noqa: PT012 - raised from the loop body
+                async for _ in client.iter_extractions(ids, concurrency=8):
+                    raise LookupError
         else:
             if how == "cancel-gather":
                 task = asyncio.create_task(client.gather_extractions(ids, concurrency=8))
