@@ -9,7 +9,7 @@ import ssl as ssl_module
 import time
 import uuid
 from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
 from urllib.parse import urlsplit
@@ -507,20 +507,7 @@ class AsyncSearchClient:
             }.items()
             if not isinstance(v, NotGiven)
         }
-        current: dict[str, Any] = {
-            "api_key": old.api_key,
-            "base_url": old.base_url,
-            "base_id": old.base_id,
-            "timeout": old.timeout,
-            "max_retries": old.max_retries,
-            "headers": old.headers,
-            "ssl": old.ssl,
-            "max_response_bytes": old.max_response_bytes,
-            "allow_http": old.allow_http,
-            "max_retry_after": old.max_retry_after,
-            "max_redirects": old.max_redirects,
-            "first_page": old.first_page,
-        }
+        current: dict[str, Any] = {f.name: getattr(old, f.name) for f in fields(old)}
         current.update(given)
         child = object.__new__(AsyncSearchClient)
         child._options = self._make_options(**current)
