@@ -1,0 +1,323 @@
+"""Fetching many extraction jobs: the SDK's bulk methods against hand-written loops.
+
+    python -m benchmarks.fanout [--requests 5000] [--concurrency 64] [--latency 0] [--rounds 5]
+                                [--uvloop] [--quick] [--json PATH]
+
+A benchmark server (``benchmarks._server``) runs in a separate process on 127.0.0.1 and answers
+``GET /v2/extract/{id}`` with a ~3 KB job, at once (or after ``--latency`` seconds). With no
+latency the client is CPU-bound, so requests per second measure the client's cost per request;
+with a realistic latency they measure whether it keeps ``--concurrency`` requests in flight.
+Each variant fetches and decodes the same jobs with at most ``--concurrency`` in flight:
+
+- ``asyncsearch gather_extractions``: ``client.gather_extractions(ids, concurrency=64)``, a
+  client with its defaults (pool of 100 connections, 2 retries, retry budget, adaptive
+  concurrency, ordered results);
+- ``asyncsearch iter_extractions``: ``async for result in client.iter_extractions(...)``;
+- ``bare aiohttp + msgspec`` (the baseline): one ``aiohttp.ClientSession``, 64 workers pulling ids
+  from a shared iterator, ``msgspec.json.Decoder(ExtractionJob)`` built once: a fair, well-written
+  hand loop with no retries and no error handling beyond the status check;
+- ``bare, unbounded asyncio.gather``: one task per id, all at once (aiohttp's default pool of 100
+  connections is then the only bound);
+- ``httpx + pydantic``: ``httpx.AsyncClient`` bounded by a semaphore, ``model_validate_json``
+  (the shape of a Stainless-generated SDK), on fewer requests (``--slow-requests``);
+- ``bare sequential``: one request at a time, on fewer requests too.
+
+Reported: requests per second (wall time, ``perf_counter``), the client's CPU time per 1,000
+requests (``process_time`` of this process; the server's CPU is reported separately, to show it
+was not the bottleneck), medians over interleaved rounds, ratios to the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from asyncsearch import AsyncSearchClient, ExtractionJob
+from benchmarks._common import (
+    Measurement,
+    ServerProcess,
+    Target,
+    Targets,
+    command_line,
+    fmt_ratio,
+    median,
+    print_environment,
+    print_table,
+    ratio,
+    rounds_async,
+    run_loop,
+    write_json,
+)
+
+API_KEY = "bench-key"
+BASELINE = "bare aiohttp + msgspec"
+GATHER = "asyncsearch gather_extractions"
+ITER = "asyncsearch iter_extractions"
+UNBOUNDED = "bare, unbounded asyncio.gather"
+HTTPX = "httpx + pydantic"
+SEQUENTIAL = "bare sequential"
+
+Fetch = Callable[[str, list[str], int], Awaitable[int]]
+
+
+def job_ids(n: int) -> list[str]:
+    """``n`` distinct, valid (lower-case, version 4) job ids, the same every run."""
+    return [
+        str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128), version=4)) for i in range(n)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: each fetches and decodes every id and returns how many jobs it got
+# ---------------------------------------------------------------------------------------------
+
+
+async def sdk_gather(base_url: str, ids: list[str], concurrency: int) -> int:
+    async with AsyncSearchClient(api_key=API_KEY, base_url=base_url) as client:
+        results = await client.gather_extractions(ids, concurrency=concurrency)
+    return sum(1 for r in results if r.ok)
+
+
+async def sdk_iter(base_url: str, ids: list[str], concurrency: int) -> int:
+    got = 0
+    async with (
+        AsyncSearchClient(api_key=API_KEY, base_url=base_url) as client,
+        client.iter_extractions(ids, concurrency=concurrency) as results,
+    ):
+        async for result in results:
+            got += result.ok
+    return got
+
+
+_job_decoder = msgspec.json.Decoder(ExtractionJob)
+
+
+async def bare_bounded(base_url: str, ids: list[str], concurrency: int) -> int:
+    jobs: list[ExtractionJob | None] = [None] * len(ids)
+    pending = iter(enumerate(ids))
+
+    async with aiohttp.ClientSession(headers={"X-Api-Key": API_KEY}) as session:
+
+        async def worker() -> None:
+            for index, job_id in pending:
+                async with session.get(f"{base_url}/v2/extract/{job_id}") as resp:
+                    body = await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(f"status {resp.status}")
+                jobs[index] = _job_decoder.decode(body)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sum(job is not None for job in jobs)
+
+
+async def bare_unbounded(base_url: str, ids: list[str], concurrency: int) -> int:
+    async with aiohttp.ClientSession(headers={"X-Api-Key": API_KEY}) as session:
+
+        async def one(job_id: str) -> ExtractionJob:
+            async with session.get(f"{base_url}/v2/extract/{job_id}") as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"status {resp.status}")
+            return _job_decoder.decode(body)
+
+        jobs = await asyncio.gather(*(one(job_id) for job_id in ids))
+    return len(jobs)
+
+
+async def bare_sequential(base_url: str, ids: list[str], concurrency: int) -> int:
+    got = 0
+    async with aiohttp.ClientSession(headers={"X-Api-Key": API_KEY}) as session:
+        for job_id in ids:
+            async with session.get(f"{base_url}/v2/extract/{job_id}") as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"status {resp.status}")
+            _job_decoder.decode(body)
+            got += 1
+    return got
+
+
+async def httpx_pydantic(base_url: str, ids: list[str], concurrency: int) -> int:
+    import httpx
+
+    from benchmarks._pydantic_models import ExtractionJobModel
+
+    limit = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-Api-Key": API_KEY}) as client:
+
+        async def one(job_id: str) -> ExtractionJobModel:
+            async with limit:
+                resp = await client.get(f"/v2/extract/{job_id}")
+                resp.raise_for_status()
+                return ExtractionJobModel.model_validate_json(resp.content)
+
+        jobs = await asyncio.gather(*(one(job_id) for job_id in ids))
+    return len(jobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------
+
+
+async def _server_stats(session: aiohttp.ClientSession, base_url: str) -> dict[str, float]:
+    async with session.get(f"{base_url}/_stats") as resp:
+        data: dict[str, float] = json.loads(await resp.read())
+        return data
+
+
+def _measure(
+    fetch: Fetch, base_url: str, ids: list[str], concurrency: int, stats: aiohttp.ClientSession
+) -> Callable[[], Awaitable[Measurement]]:
+    async def run() -> Measurement:
+        before = await _server_stats(stats, base_url)
+        wall, cpu = time.perf_counter(), time.process_time()
+        got = await fetch(base_url, ids, concurrency)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = await _server_stats(stats, base_url)
+        if got != len(ids):
+            raise RuntimeError(f"{fetch.__name__} fetched {got} of {len(ids)} jobs")
+        return {
+            "wall": wall,
+            "cpu": cpu,
+            "requests": float(len(ids)),
+            "rps": len(ids) / wall,
+            "cpu_per_1k": cpu / len(ids) * 1e6,
+            "server_cpu_per_1k": (after["cpu"] - before["cpu"]) / len(ids) * 1e6,
+        }
+
+    return run
+
+
+async def _run(args: argparse.Namespace, base_url: str) -> dict[str, list[Measurement]]:
+    ids = job_ids(args.requests)
+    few = ids[: args.slow_requests]
+    plan: dict[str, tuple[Fetch, list[str]]] = {
+        BASELINE: (bare_bounded, ids),
+        GATHER: (sdk_gather, ids),
+        ITER: (sdk_iter, ids),
+        UNBOUNDED: (bare_unbounded, ids),
+        HTTPX: (httpx_pydantic, few),
+        SEQUENTIAL: (bare_sequential, few),
+    }
+    async with aiohttp.ClientSession() as stats:
+        # One untimed pass of each variant: imports, first connections, caches.
+        for fetch, _ in plan.values():
+            await fetch(base_url, few[:100], args.concurrency)
+        variants = {
+            name: _measure(fetch, base_url, chosen, args.concurrency, stats)
+            for name, (fetch, chosen) in plan.items()
+        }
+        return await rounds_async(variants, args.rounds)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fanout", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--requests", type=int, default=5000, help="jobs per fast variant")
+    parser.add_argument(
+        "--slow-requests", type=int, default=500, help="jobs for httpx + pydantic and sequential"
+    )
+    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight")
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="server delay before each answer, seconds"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
+    parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop")
+    parser.add_argument("--quick", action="store_true", help="few requests, for a smoke test")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    args.rounds = max(5, args.rounds)
+    if args.quick:
+        args.requests, args.slow_requests = 200, 50
+    args.slow_requests = min(args.slow_requests, args.requests)
+
+    server_args = ["--pages", "1", "--page-size", "1", "--extract-latency", str(args.latency)]
+    with ServerProcess(*server_args) as server:
+        samples = run_loop(_run(args, server.base_url), use_uvloop=args.uvloop)
+
+    base_rps = median(samples[BASELINE], "rps")
+    base_cpu = median(samples[BASELINE], "cpu_per_1k")
+    rows = []
+    results: dict[str, Any] = {"variants": {}, "rounds": args.rounds}
+    for name, runs in samples.items():
+        rps = median(runs, "rps")
+        cpu = median(runs, "cpu_per_1k")
+        rows.append(
+            [
+                name,
+                f"{int(runs[0]['requests']):,}",
+                str(1 if name == SEQUENTIAL else args.concurrency if name != UNBOUNDED else "all"),
+                f"{rps:,.0f}",
+                fmt_ratio(ratio(rps, base_rps)),
+                f"{cpu:.0f}",
+                fmt_ratio(ratio(cpu, base_cpu)),
+                f"{median(runs, 'server_cpu_per_1k'):.0f}",
+            ]
+        )
+        results["variants"][name] = {
+            "rps": rps,
+            "cpu_per_1k": cpu,
+            "server_cpu_per_1k": median(runs, "server_cpu_per_1k"),
+            "requests": runs[0]["requests"],
+            "rps_samples": [r["rps"] for r in runs],
+        }
+    loop_name = "uvloop" if args.uvloop else "asyncio"
+    latency = f"{args.latency * 1000:g} ms" if args.latency else "no"
+    print_table(
+        f"Fetching ~3 KB extraction jobs from a loopback server in another process ({latency} "
+        f"server latency, client on {loop_name}), median of {args.rounds} interleaved rounds; "
+        f"ratios to {BASELINE}",
+        [
+            "client",
+            "requests",
+            "in flight",
+            "req/s",
+            "req/s vs baseline",
+            "client CPU ms / 1k req",
+            "CPU vs baseline",
+            "server CPU ms / 1k req",
+        ],
+        rows,
+    )
+    v = results["variants"]
+    targets = Targets()
+    targets.add(
+        Target(
+            f"gather_extractions req/s vs {BASELINE} (both {args.concurrency} in flight)",
+            ratio(v[GATHER]["rps"], v[BASELINE]["rps"]),
+            0.9,
+        )
+    )
+    targets.add(
+        Target(
+            "gather_extractions req/s vs httpx + pydantic",
+            ratio(v[GATHER]["rps"], v[HTTPX]["rps"]),
+            10.0,
+        )
+    )
+    targets.print()
+    print_environment(command_line("fanout", argv))
+    results["targets"] = targets.as_json()
+    results["loop"] = loop_name
+    results["latency"] = args.latency
+    write_json(args.json, {"benchmark": "fanout", **results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Smoke test of the benchmark scripts in ``benchmarks/``: each one runs to the end with --quick.
+
+It runs in the default suite, so that a change to the SDK that breaks a script fails CI instead
+of being found the next time someone wants numbers. No figure is asserted (timed assertions in
+tests are flaky, and ``--quick`` is too short to mean anything): only that each script printed a
+result table with ratios, its PASS/MISS target lines, the machine and library versions, and
+left no server process behind. Skipped when the benchmark baselines (the ``bench`` extra) are
+not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pydantic")
+pytest.importorskip("httpx")
+pytest.importorskip("orjson")
+pytest.importorskip("numpy")
+
+
+def _child_processes() -> set[int]:
+    """Pids of this process's children that are still running or unreaped (Linux only)."""
+    children: set[int] = set()
+    for path in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        children.update(int(pid) for pid in path.read_text().split())
+    return children
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", ["decode", "fanout", "paging", "startup"])
+def test_benchmark_script_runs_quick(
+    script: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module(f"benchmarks.{script}")
+    before = _child_processes()
+
+    assert module.main(["--quick", "--json", str(tmp_path / f"{script}.json")]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(r"^\| .+ \|$", out, flags=re.MULTILINE), "no result table printed"
+    assert re.search(r"\b\d+\.\d\dx\b", out), "no ratio printed"
+    assert re.search(r"^\s*(PASS|MISS) ", out, flags=re.MULTILINE), "no target line printed"
+    assert "machine: " in out
+    assert "libraries: asyncsearch " in out
+    assert (tmp_path / f"{script}.json").stat().st_size > 0
+    assert _child_processes() <= before, "a benchmark server process was left running"
+
+
+@pytest.mark.timeout(120)
+def test_chart_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks import chart, paging
+
+    results = tmp_path / "paging.json"
+    assert paging.main(["--quick", "--json", str(results)]) == 0
+    output = tmp_path / "results.png"
+
+    assert chart.main([str(results), "-o", str(output)]) == 0
+
+    assert output.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "wrote" in capsys.readouterr().out
