@@ -8,8 +8,17 @@ import random
 import ssl as ssl_module
 import time
 import uuid
-from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
 from urllib.parse import urlsplit
@@ -64,6 +73,7 @@ __all__ = [
 
 T = TypeVar("T")
 Y = TypeVar("Y")
+I = TypeVar("I")  # noqa: E741 - an item of a fan-out, next to T and Y
 P = ParamSpec("P")
 
 logger = logging.getLogger("asyncsearch")
@@ -108,6 +118,32 @@ class _Options:
     max_retry_after: float
     max_redirects: int
     first_page: int
+    # Derived once per client instead of once per request.
+    headers_without_body: Mapping[str, str] = field(init=False, repr=False)
+    headers_with_body: Mapping[str, str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, has_body in (("headers_without_body", False), ("headers_with_body", True)):
+            headers = protocol.build_headers(
+                api_key=self.api_key.get(),
+                base_id=self.base_id,
+                user_agent=USER_AGENT,
+                extra=self.headers,
+                has_body=has_body,
+            )
+            object.__setattr__(self, name, headers)
+
+
+class _LazyPath:
+    """The path of a URL for log lines, split only when a line is actually written."""
+
+    __slots__ = ("_url",)
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def __str__(self) -> str:
+        return urlsplit(self._url).path
 
 
 class _Shared:
@@ -280,7 +316,7 @@ class ExtractionResults:
 
     async def __anext__(self) -> ExtractionResult:
         outcome = await self._outcomes.__anext__()
-        return _as_result(outcome)
+        return _result_of(outcome.item, outcome)
 
     async def aclose(self) -> None:
         """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
@@ -298,14 +334,52 @@ class ExtractionResults:
         await self.aclose()
 
 
-def _as_result(outcome: Outcome[str | uuid.UUID, ExtractionResult]) -> ExtractionResult:
+def _result_of(
+    job_id: str | uuid.UUID, outcome: Outcome[Any, ExtractionResult]
+) -> ExtractionResult:
     if outcome.value is not None:
         return outcome.value
     # The fetch function turns every AsyncSearchError into a result; anything else reaching here
     # is a bug below us, and it is still reported against its id rather than dropped.
     error = AsyncSearchError(f"unexpected error while fetching the job: {outcome.error!r}")
     error.__cause__ = outcome.error
-    return ExtractionResult(job_id=outcome.item, job=None, error=error)
+    return ExtractionResult(job_id=job_id, job=None, error=error)
+
+
+class _Numbered:
+    """``(index, job_id)`` pairs of a plain iterable, keeping its length for progress totals."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ids: Iterable[str | uuid.UUID]) -> None:
+        self._ids = ids
+
+    def __iter__(self) -> Iterator[tuple[int, str | uuid.UUID]]:
+        return enumerate(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)  # type: ignore[arg-type]
+
+
+async def _anumbered(
+    ids: AsyncIterable[str | uuid.UUID],
+) -> AsyncIterator[tuple[int, str | uuid.UUID]]:
+    index = 0
+    async for job_id in ids:
+        yield index, job_id
+        index += 1
+
+
+def _same(job_id: str | uuid.UUID) -> str | uuid.UUID:
+    return job_id
+
+
+def _first(pair: tuple[int, ExtractionResult]) -> int:
+    return pair[0]
+
+
+def _second(pair: tuple[int, str | uuid.UUID]) -> str | uuid.UUID:
+    return pair[1]
 
 
 class AsyncSearchClient:
@@ -507,7 +581,7 @@ class AsyncSearchClient:
             }.items()
             if not isinstance(v, NotGiven)
         }
-        current: dict[str, Any] = {f.name: getattr(old, f.name) for f in fields(old)}
+        current: dict[str, Any] = {f.name: getattr(old, f.name) for f in fields(old) if f.init}
         current.update(given)
         child = object.__new__(AsyncSearchClient)
         child._options = self._make_options(**current)
@@ -539,14 +613,8 @@ class AsyncSearchClient:
         shared = self._shared
         secret = opts.api_key.get()
         url = opts.base_url + request.target
-        path = urlsplit(url).path
-        headers = protocol.build_headers(
-            api_key=secret,
-            base_id=opts.base_id,
-            user_agent=USER_AGENT,
-            extra=opts.headers,
-            has_body=request.body is not None,
-        )
+        path = _LazyPath(url)
+        headers = opts.headers_without_body if request.body is None else opts.headers_with_body
         attempts = 0
         while True:
             attempts += 1
@@ -647,7 +715,7 @@ class AsyncSearchClient:
         )
 
     def _log_retry(
-        self, request: Request[Any], path: str, attempts: int, delay: float, reason: str
+        self, request: Request[Any], path: _LazyPath, attempts: int, delay: float, reason: str
     ) -> None:
         logger.info(
             "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
@@ -994,13 +1062,34 @@ class AsyncSearchClient:
         A failed job becomes a result with ``.error``: every id given comes back exactly once per
         occurrence. ``on_progress(done, total_or_None)`` is called as ids finish.
         """
+        outcomes = self._extraction_fan_out(
+            job_ids,
+            _same,
+            concurrency=concurrency,
+            ordered=ordered,
+            format=format,
+            on_progress=on_progress,
+        )
+        return ExtractionResults(outcomes)
+
+    def _extraction_fan_out(
+        self,
+        items: Iterable[I] | AsyncIterable[I],
+        job_id_of: Callable[[I], str | uuid.UUID],
+        *,
+        concurrency: int,
+        ordered: bool,
+        format: str | None,
+        on_progress: Callable[[int, int | None], object] | None,
+    ) -> FanOut[I, ExtractionResult]:
         self._check_open()
         protocol.check_extraction_format(format)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         pressure = AdaptiveConcurrency(concurrency)
 
-        async def fetch(job_id: str | uuid.UUID) -> ExtractionResult:
+        async def fetch(item: I) -> ExtractionResult:
+            job_id = job_id_of(item)
             try:
                 request = protocol.get_extraction(job_id, format=format)
                 job = (await self._send(request, pressure=pressure)).parse()
@@ -1008,15 +1097,14 @@ class AsyncSearchClient:
                 return ExtractionResult(job_id=job_id, job=None, error=exc)
             return ExtractionResult(job_id=job_id, job=job, error=None)
 
-        outcomes = fan_out(
+        return fan_out(
             fetch,
-            job_ids,
+            items,
             concurrency=concurrency,
             ordered=ordered,
             on_progress=on_progress,
             controller=pressure,
         )
-        return ExtractionResults(outcomes)
 
     async def gather_extractions(
         self,
@@ -1031,10 +1119,24 @@ class AsyncSearchClient:
         Like ``iter_extractions`` (failed jobs are results with ``.error``, never dropped), but
         collected into a list: use ``iter_extractions`` for more ids than fit in memory.
         """
-        async with self.iter_extractions(
-            job_ids, concurrency=concurrency, ordered=True, format=format, on_progress=on_progress
-        ) as results:
-            return [result async for result in results]
+        # Fetched as completed (an ordered fan-out would hold calls back behind a slow head) and
+        # put back in input order at the end, since the whole list is kept anyway.
+        items: Iterable[tuple[int, str | uuid.UUID]] | AsyncIterable[tuple[int, str | uuid.UUID]]
+        items = _anumbered(job_ids) if isinstance(job_ids, AsyncIterable) else _Numbered(job_ids)
+        collected: list[tuple[int, ExtractionResult]] = []
+        async with self._extraction_fan_out(
+            items,
+            _second,
+            concurrency=concurrency,
+            ordered=False,
+            format=format,
+            on_progress=on_progress,
+        ) as outcomes:
+            async for outcome in outcomes:
+                index, job_id = outcome.item
+                collected.append((index, _result_of(job_id, outcome)))
+        collected.sort(key=_first)
+        return [result for _, result in collected]
 
     async def wait_for_extraction(
         self,

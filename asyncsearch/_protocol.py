@@ -437,7 +437,7 @@ def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
 def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Request[ExtractionJob]:
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
-    target = f"/v2/extract/{quote(job, safe='')}"
+    target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
     if check_extraction_format(format) is not None:
         target += f"?format={format}"
     return Request("GET", target, None, _parse_extraction_job, "extract")
@@ -621,7 +621,12 @@ def build_headers(
     has_body: bool,
 ) -> dict[str, str]:
     """Headers of one request; the caller's ``extra`` never overrides auth or base selection."""
-    headers: dict[str, str] = {"Accept": "application/json", "User-Agent": user_agent}
+    headers: dict[str, str] = {
+        "Accept": "application/json",
+        # The transport inflates these itself, in bounded steps (see max_response_bytes).
+        "Accept-Encoding": "gzip, deflate",
+        "User-Agent": user_agent,
+    }
     if extra:
         protected = {"x-api-key", "x-service-base-id"}
         headers.update({k: v for k, v in extra.items() if k.lower() not in protected})

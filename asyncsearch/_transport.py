@@ -14,6 +14,7 @@ import ssl as ssl_module
 import sys
 import time
 import zlib
+from collections.abc import Mapping
 
 import aiohttp
 import yarl
@@ -108,7 +109,7 @@ class Transport:
         method: str,
         url: str,
         *,
-        headers: dict[str, str],
+        headers: Mapping[str, str],
         body: bytes | None,
         timeout: Timeout,
         max_response_bytes: int,
@@ -124,8 +125,6 @@ class Transport:
         """
         session = self._get_session()
         decompress_here = not session.auto_decompress
-        if decompress_here:
-            headers = {**headers, "Accept-Encoding": "gzip, deflate"}
         client_timeout = aiohttp.ClientTimeout(
             total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
         )
@@ -201,7 +200,12 @@ async def _read_body(
     if encoding in ("", "identity"):
         decompressor = None
         declared = resp.content_length
-        if declared is not None and declared > limit and not cut:
+        sent_encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if declared is not None and declared <= limit and sent_encoding == "identity":
+            # aiohttp ends the payload at Content-Length, so this one read is bounded too (not
+            # so when a caller's session inflates the body: that goes through the loop below).
+            return await resp.read()
+        if declared is not None and not cut:
             raise _too_large(limit)
     elif encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.

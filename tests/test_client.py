@@ -790,3 +790,18 @@ async def test_a_huge_error_body_is_cut_and_the_status_still_decides(
     assert isinstance(info.value.body, str)
     assert info.value.body.startswith("<html>Service Unavailable")
     assert len(info.value.body) <= 4096
+
+
+async def test_size_cap_holds_with_a_callers_inflating_session(serve: Serve) -> None:
+    bomb = gzip.compress(b" " * (8 * 1024 * 1024))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=bomb, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        )
+
+    server = await serve(handler)
+    async with aiohttp.ClientSession() as session:  # aiohttp inflates bodies by default
+        async with make_client(server, session=session, max_response_bytes=1024 * 1024) as client:
+            with pytest.raises(ResponseTooLargeError):
+                await client.get_extraction(JOB_ID)
