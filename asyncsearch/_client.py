@@ -28,7 +28,15 @@ import anyio
 import msgspec
 
 from . import _protocol as protocol
-from ._concurrency import AdaptiveConcurrency, FanOut, Outcome, Pager, RetryBudget, fan_out
+from ._concurrency import (
+    AdaptiveConcurrency,
+    AsyncClosing,
+    FanOut,
+    Outcome,
+    Pager,
+    RetryBudget,
+    fan_out,
+)
 from ._config import (
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -299,7 +307,7 @@ class ExtractionResult:
         return self.error is None
 
 
-class ExtractionResults:
+class ExtractionResults(AsyncClosing):
     """The async iterator of ``ExtractionResult`` from ``iter_extractions``.
 
     Also an async context manager with ``aclose()``; leaving early in any way cancels the calls
@@ -321,17 +329,6 @@ class ExtractionResults:
     async def aclose(self) -> None:
         """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
         await self._outcomes.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _result_of(

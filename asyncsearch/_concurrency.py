@@ -48,6 +48,7 @@ from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
 __all__ = [
     "AdaptiveConcurrency",
+    "AsyncClosing",
     "FanOut",
     "Outcome",
     "Pager",
@@ -133,6 +134,26 @@ class Outcome(Generic[T, R]):
     def ok(self) -> bool:
         """True when the call returned instead of raising."""
         return self.error is None
+
+
+class AsyncClosing:
+    """Base of the iterators here: ``async with it:`` closes ``it`` by awaiting ``aclose()``."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 def fan_out(
@@ -415,7 +436,7 @@ class _FanOutRun(Generic[T, R]):
             _cancel_from_finaliser(task)
 
 
-class FanOut(Generic[T, R]):
+class FanOut(AsyncClosing, Generic[T, R]):
     """The async iterator of ``Outcome`` returned by ``fan_out``; also an async context manager.
 
     Work starts at the first ``__anext__``. Leaving early in any way (``aclose()``, ``async with``,
@@ -506,17 +527,6 @@ class FanOut(Generic[T, R]):
     async def aclose(self) -> None:
         """Stop the fan-out: cancel the calls in flight and wait for them; idempotent."""
         await self._finish()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the workers.
@@ -792,7 +802,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-class Pager(Generic[Y]):
+class Pager(AsyncClosing, Generic[Y]):
     """Walk a paged API through any "fetch page n" function: page by page or item by item.
 
     Use it with ``async for`` (ideally inside ``async with``). With ``mode="pages"`` it yields the
@@ -1115,17 +1125,6 @@ class Pager(Generic[Y]):
     async def aclose(self) -> None:
         """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""
         await self._end()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the prefetch.
