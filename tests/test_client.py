@@ -801,7 +801,9 @@ async def test_size_cap_holds_with_a_callers_inflating_session(serve: Serve) -> 
         )
 
     server = await serve(handler)
-    async with aiohttp.ClientSession() as session:  # aiohttp inflates bodies by default
-        async with make_client(server, session=session, max_response_bytes=1024 * 1024) as client:
-            with pytest.raises(ResponseTooLargeError):
-                await client.get_extraction(JOB_ID)
+    async with (
+        aiohttp.ClientSession() as session,  # aiohttp inflates bodies by default
+        make_client(server, session=session, max_response_bytes=1024 * 1024) as client,
+    ):
+        with pytest.raises(ResponseTooLargeError):
+            await client.get_extraction(JOB_ID)
