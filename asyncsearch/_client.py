@@ -799,10 +799,10 @@ class AsyncSearchClient:
             page=page,
             page_size=page_size,
             sort=sort,
-            embeddings=embeddings,
         )
-        result: SearchPage | LeanSearchPage = (await self._send(request)).parse()
-        return result
+        if not embeddings:
+            return (await self._send(protocol.without_embeddings(request))).parse()
+        return (await self._send(request)).parse()
 
     async def get_extraction(
         self, job_id: str | uuid.UUID, *, format: str | None = None
@@ -906,13 +906,13 @@ class AsyncSearchClient:
                 "incognito": incognito,
                 "page_size": page_size,
                 "sort": sort,
-                "embeddings": embeddings,
             },
             start_page=start_page,
             max_pages=max_pages,
             max_items=None,
             prefetch=prefetch,
             dedupe=dedupe,
+            embeddings=embeddings,
         )
 
     @overload
@@ -993,13 +993,13 @@ class AsyncSearchClient:
                 "incognito": incognito,
                 "page_size": page_size,
                 "sort": sort,
-                "embeddings": embeddings,
             },
             start_page=start_page,
             max_pages=max_pages,
             max_items=max_items,
             prefetch=prefetch,
             dedupe=dedupe,
+            embeddings=embeddings,
         )
 
     def _pager(
@@ -1012,6 +1012,7 @@ class AsyncSearchClient:
         max_items: int | None,
         prefetch: bool,
         dedupe: bool,
+        embeddings: bool,
     ) -> SearchPager[Any]:
         self._check_open()
         first = self._options.first_page if start_page is None else start_page
@@ -1021,7 +1022,10 @@ class AsyncSearchClient:
         # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
         # the public overloads of search_pages/search_hits state the precise result.
         async def fetch_page(number: int) -> Any:
-            return (await self._send(protocol.search(**arguments, page=number))).parse()
+            request = protocol.search(**arguments, page=number)
+            if not embeddings:
+                return (await self._send(protocol.without_embeddings(request))).parse()
+            return (await self._send(request)).parse()
 
         return SearchPager(
             fetch_page,

@@ -78,6 +78,7 @@ __all__ = [
     "search",
     "status_error",
     "validate_id",
+    "without_embeddings",
 ]
 
 T = TypeVar("T")
@@ -381,12 +382,8 @@ def search(
     page: int | None = None,
     page_size: int | None = None,
     sort: Sort | Mapping[str, Any] | None = None,
-    embeddings: bool = True,
-) -> Request[Any]:
-    """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec.
-
-    ``embeddings=False`` decodes the answer as a ``LeanSearchPage``: the request is the same.
-    """
+) -> Request[SearchPage]:
+    """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
     if queries is not None:
         if isinstance(queries, str | bytes | Mapping) or not isinstance(queries, Sequence):
             raise InvalidRequestError(f"queries must be a list, got {type(queries).__name__}")
@@ -422,8 +419,15 @@ def search(
         method="POST",
         target="/v2/search",
         body=encoded,
-        parse=_parse_search_page if embeddings else _parse_lean_search_page,
+        parse=_parse_search_page,
         endpoint="search",
+    )
+
+
+def without_embeddings(request: Request[SearchPage]) -> Request[LeanSearchPage]:
+    """The same search, its answer decoded as a ``LeanSearchPage`` (embeddings skipped)."""
+    return Request(
+        request.method, request.target, request.body, _parse_lean_search_page, request.endpoint
     )
 
 

@@ -473,3 +473,17 @@ def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
     assert top == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     assert protocol.backoff_delay(3, base=0.5, cap=8.0, random=lambda: 0.0) == 0.0
     assert protocol.backoff_delay(3, base=0.5, cap=8.0, random=lambda: 0.5) == 1.0
+
+
+def test_without_embeddings_keeps_the_request_and_changes_the_decoding() -> None:
+    full = protocol.search("q", page=2)
+    lean = protocol.without_embeddings(full)
+    assert (lean.method, lean.target, lean.body, lean.endpoint) == (
+        full.method,
+        full.target,
+        full.body,
+        full.endpoint,
+    )
+    body = b'{"total":1,"hasMore":false,"hits":[{"id":"a","embeddings":{"clip2":[1.0]}}]}'
+    assert full.parse(body).hits[0].embeddings is not None
+    assert not hasattr(lean.parse(body).hits[0], "embeddings")
