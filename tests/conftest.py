@@ -7,14 +7,18 @@ import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from asyncsearch.testing import ServiceEmulator
+
 API_KEY = "sk-test-7f3a9c-DO-NOT-LOG"
 JOB_ID = "9b2e4c6a-1d3f-4a5b-8c7d-0e1f2a3b4c5d"
 LOG_ID = "4c5d6e7f-8a9b-4c0d-9e1f-2a3b4c5d6e7f"
+EMULATOR_KEY = "test-key"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -88,3 +92,13 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[Server]]]:
     yield start
     for server in servers:
         await server.close()
+
+
+@pytest_asyncio.fixture
+async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
+    """A plain aiohttp session sending the key to ``emu``, which each emulator test module defines
+    with its own options."""
+    async with aiohttp.ClientSession(
+        emu.base_url, headers={"X-Api-Key": EMULATOR_KEY}, timeout=aiohttp.ClientTimeout(total=20)
+    ) as session:
+        yield session

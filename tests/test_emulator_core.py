@@ -16,7 +16,8 @@ import pytest
 
 from asyncsearch.testing import ServiceEmulator, serve_forever
 
-KEY = "test-key"
+from .conftest import EMULATOR_KEY as KEY
+
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 PACKAGE = Path(__file__).resolve().parents[1] / "asyncsearch" / "testing"
@@ -26,14 +27,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "asyncsearch" / "testing"
 async def emu() -> AsyncIterator[ServiceEmulator]:
     async with ServiceEmulator(api_key=KEY, seed=7, n_resources=200, n_jobs=50) as emulator:
         yield emulator
-
-
-@pytest.fixture
-async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(
-        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
-    ) as session:
-        yield session
 
 
 # ---------------------------------------------------------------- wire shapes from the spec

@@ -10,7 +10,8 @@ import pytest
 
 from asyncsearch.testing import ServiceEmulator
 
-KEY = "test-key"
+from .conftest import EMULATOR_KEY as KEY
+
 MISSING = "0b0c4f4e-4b0a-4c6e-9f3e-0e7c2b1a9d10"
 
 
@@ -18,14 +19,6 @@ MISSING = "0b0c4f4e-4b0a-4c6e-9f3e-0e7c2b1a9d10"
 async def emu() -> AsyncIterator[ServiceEmulator]:
     async with ServiceEmulator(api_key=KEY, seed=7, n_resources=0, n_jobs=50) as emulator:
         yield emulator
-
-
-@pytest.fixture
-async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(
-        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
-    ) as session:
-        yield session
 
 
 async def get(http: aiohttp.ClientSession, path: str, status: int = 200, **kw: Any) -> Any:

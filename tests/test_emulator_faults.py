@@ -12,21 +12,13 @@ import pytest
 
 from asyncsearch.testing import FaultConfig, Faults, ServiceEmulator
 
-KEY = "test-key"
+from .conftest import EMULATOR_KEY as KEY
 
 
 @pytest.fixture
 async def emu() -> AsyncIterator[ServiceEmulator]:
     async with ServiceEmulator(api_key=KEY, seed=7, n_resources=40, n_jobs=5) as emulator:
         yield emulator
-
-
-@pytest.fixture
-async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(
-        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
-    ) as session:
-        yield session
 
 
 async def status_of(http: aiohttp.ClientSession, body: dict[str, Any] | None = None) -> int:

@@ -11,7 +11,8 @@ import pytest
 from asyncsearch.testing import ServiceEmulator
 from asyncsearch.testing._linkpreview import parse_preview
 
-KEY = "test-key"
+from .conftest import EMULATOR_KEY as KEY
+
 ARTICLE = "https://www.example.org/articles/harbor-sunset"
 
 
@@ -19,14 +20,6 @@ ARTICLE = "https://www.example.org/articles/harbor-sunset"
 async def emu() -> AsyncIterator[ServiceEmulator]:
     async with ServiceEmulator(api_key=KEY, seed=7, n_resources=0, n_jobs=0) as emulator:
         yield emulator
-
-
-@pytest.fixture
-async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(
-        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
-    ) as session:
-        yield session
 
 
 async def preview(http: aiohttp.ClientSession, status: int = 200, **params: str) -> Any:

@@ -15,7 +15,8 @@ from asyncsearch.testing import ServiceEmulator, _search, image_data_url
 from asyncsearch.testing._embed import tokenize
 from asyncsearch.testing._requests import parse_search
 
-KEY = "test-key"
+from .conftest import EMULATOR_KEY as KEY
+
 ANY_UUID = "0b0c4f4e-4b0a-4c6e-9f3e-0e7c2b1a9d10"
 needs_numpy = pytest.mark.skipif(not _search.HAVE_NUMPY, reason="numpy is not installed")
 
@@ -24,14 +25,6 @@ needs_numpy = pytest.mark.skipif(not _search.HAVE_NUMPY, reason="numpy is not in
 async def emu() -> AsyncIterator[ServiceEmulator]:
     async with ServiceEmulator(api_key=KEY, seed=7, n_resources=200, n_jobs=0) as emulator:
         yield emulator
-
-
-@pytest.fixture
-async def http(emu: ServiceEmulator) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(
-        emu.base_url, headers={"X-Api-Key": KEY}, timeout=aiohttp.ClientTimeout(total=20)
-    ) as session:
-        yield session
 
 
 async def search(http: aiohttp.ClientSession, body: dict[str, Any], **kw: Any) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import importlib
 import logging
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from asyncsearch import Sort, __version__
 
@@ -80,44 +81,32 @@ including failures kept from an earlier run.
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+N = TypeVar("N", int, float)
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port number: {value}")
-    return value
+def _number(
+    parse: Callable[[str], N], accept: Callable[[N], bool], kind: str, rule: str
+) -> Callable[[str], N]:
+    """An argparse ``type=`` that parses ``kind`` and refuses values failing ``accept``."""
+
+    def convert(text: str) -> N:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+
+    return convert
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "an integer", "must be at least 1")
+_non_negative_int = _number(int, lambda v: v >= 0, "an integer", "must not be negative")
+_port = _number(int, lambda v: 0 <= v <= 65535, "a port number", "not a port number")
+_positive_float = _number(
+    float, lambda v: 0 < v < float("inf"), "a number", "must be a positive number of seconds"
+)
 
 
 def _timestamp(text: str) -> datetime.datetime:
