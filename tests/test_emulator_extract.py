@@ -85,10 +85,11 @@ async def test_an_unknown_job_is_a_404_on_every_job_endpoint(http: aiohttp.Clien
         ("/v2/extract/not-a-uuid", {}, "jobId"),
         (f"/v2/extract/{MISSING.upper()}", {}, "jobId"),
         ("/v2/extract/{job}", {"format": "pdf"}, "format"),
-        ("/v2/extract/{job}", {"fmt": "json"}, "fmt"),
         ("/v2/extract/not-a-uuid/webhook-logs", {}, "jobId"),
-        ("/v2/extract/{job}/webhook-logs", {"page": "2"}, "page"),
         ("/v2/extract/{job}/webhook-logs/not-a-uuid", {}, "logId"),
+        (f"/v2/extract/{MISSING}%0A", {}, "jobId"),
+        (f"/v2/extract/{MISSING}%0A/webhook-logs", {}, "jobId"),
+        ("/v2/extract/{job}/webhook-logs/" + MISSING + "%0A", {}, "logId"),
     ],
 )
 async def test_bad_parameters_get_a_422_naming_them(

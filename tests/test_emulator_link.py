@@ -8,8 +8,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from asyncsearch import AsyncSearchClient, InternalServerError
 from asyncsearch.testing import ServiceEmulator
-from asyncsearch.testing._linkpreview import parse_preview
+from asyncsearch.testing._linkpreview import SYNTHETIC_IMAGE_BASE, parse_preview
 
 from .conftest import EMULATOR_KEY as KEY
 
@@ -148,10 +149,64 @@ async def test_urls_match_without_fragment_and_with_any_host_case(
     assert (await preview(http, url="https://case.example.org/#top"))["title"] == "Root"
 
 
-async def test_an_unregistered_url_is_a_404(http: aiohttp.ClientSession) -> None:
-    body = await preview(http, status=404, url="https://nowhere.example.org/")
-    assert body["error"]["code"] == "not_found"
-    assert body["error"]["field"] == "url"
+async def test_an_unregistered_url_gets_a_synthetic_preview_derived_from_it(
+    http: aiohttp.ClientSession,
+) -> None:
+    url = "https://www.nowhere.example.org/guides/red-bicycles.html?ref=1"
+    first = await preview(http, url=url)
+    assert first == await preview(http, url=url, type="link")  # deterministic
+    assert first["url"] == url
+    assert first["title"] == "Red bicycles"
+    assert first["siteName"] == "nowhere.example.org"
+    assert "nowhere.example.org" in first["description"]
+    assert first["type"] == "link"
+    assert first["image"]["url"].startswith(SYNTHETIC_IMAGE_BASE)
+    assert (first["image"]["width"], first["image"]["height"]) == (1200, 630)
+    assert first["favicon"]["url"] == "https://www.nowhere.example.org/favicon.ico"
+    assert first["metadata"]["og:title"] == "Red bicycles"
+    other = await preview(http, url="https://www.nowhere.example.org/guides/blue-boats")
+    assert other["title"] == "Blue boats"
+    assert other["image"]["url"] != first["image"]["url"]
+
+
+async def test_a_page_registered_after_a_synthetic_preview_takes_its_place(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    url = "https://later.example.org/post"
+    assert (await preview(http, url=url))["title"] == "Post"
+    emu.add_page(url, "<title>The real post</title>")
+    assert (await preview(http, url=url))["title"] == "The real post"
+
+
+async def test_link_preview_of_the_client_works_on_any_url(emu: ServiceEmulator) -> None:
+    async with AsyncSearchClient(api_key=emu.api_key, base_url=emu.base_url) as client:
+        found = await client.link_preview("https://unregistered.example.net/hello-world")
+        assert found.title == "Hello world"
+        assert found.site_name == "unregistered.example.net"
+        emu.faults.script("link", [503])
+        with pytest.raises(InternalServerError) as caught:
+            await client.with_options(max_retries=0).link_preview(
+                "https://unregistered.example.net/hello-world"
+            )
+        assert caught.value.status_code == 503
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://files.example.org/x.tar", "mailto:someone@example.org", "urn:isbn:0451450523"]
+)
+async def test_any_uri_is_previewed_by_default_and_refused_when_strict(url: str) -> None:
+    for strict in (False, True):
+        async with (
+            ServiceEmulator(api_key=KEY, strict=strict) as emulator,
+            aiohttp.ClientSession(emulator.base_url, headers={"X-Api-Key": KEY}) as session,
+        ):
+            body = await preview(session, status=422 if strict else 200, url=url)
+        if strict:
+            assert body["error"]["field"] == "url"
+        else:
+            assert body["url"] == url
+            assert body["title"]
+            assert body["favicon"]["url"] == ""  # no http(s) origin to take it from
 
 
 @pytest.mark.parametrize(
@@ -159,9 +214,7 @@ async def test_an_unregistered_url_is_a_404(http: aiohttp.ClientSession) -> None
     [
         ({}, "url"),
         ({"url": "/relative/path"}, "url"),
-        ({"url": "ftp://files.example.org/x"}, "url"),
         ({"url": ARTICLE, "type": "fresh"}, "type"),
-        ({"url": ARTICLE, "kind": "link"}, "kind"),
     ],
 )
 async def test_bad_parameters_get_a_422(

@@ -395,8 +395,10 @@ async def test_the_first_page_number_is_configurable() -> None:
             last = await r.json()
         assert last["hasMore"] is False
         assert len(last["hits"]) == 10
-        async with session.post("/v2/search", json={"pagination": {"page": -1}}) as r:
-            assert r.status == 422
+        async with session.post(
+            "/v2/search", json={"pagination": {"page": -1, "pageSize": 10}}
+        ) as r:
+            assert await r.json() == default  # clamped to the first page
 
 
 # ---------------------------------------------------------------------------- validation
@@ -430,22 +432,17 @@ def data_url_of_length(length: int) -> str:
         ({"filters": {"color": ["red"]}}, "filters.color[0]"),
         ({"filters": {"tagIds": [1]}}, "filters.tagIds[0]"),
         ({"filters": {"createdAfter": "yesterday"}}, "filters.createdAfter"),
-        ({"filters": {"bogus": []}}, "filters.bogus"),
         ({"filters": []}, "filters"),
-        ({"bogus": 1}, "bogus"),
-        ({"page": 1}, "page"),
-        ({"pagination": {"page": 0}}, "pagination.page"),
-        ({"pagination": {"page": 1.0}}, "pagination.page"),
-        ({"pagination": {"pageSize": 0}}, "pagination.pageSize"),
-        ({"pagination": {"pageSize": 101}}, "pagination.pageSize"),
-        ({"pagination": {"page_size": 10}}, "pagination.page_size"),
-        ({"sort": {"field": "popularity"}}, "sort.field"),
-        ({"sort": {"order": "up"}}, "sort.order"),
         ({"queries": {}}, "queries"),
         ({"queries": [{"text": 1}]}, "queries[0].text"),
-        ({"queries": [{"incognito": True}]}, "queries[0].incognito"),
         ({"queries": [{"precision": 2}]}, "queries[0].precision"),
         ({"incognito": "yes"}, "incognito"),
+        ({"pagination": {"page": "2"}}, "pagination.page"),
+        ({"pagination": {"pageSize": 1.5}}, "pagination.pageSize"),
+        ({"sort": {"field": 3}}, "sort.field"),
+        ({"sort": []}, "sort"),
+        ({"resourceId": ANY_UUID + "\n"}, "resourceId"),
+        ({"queries": [{"resourceId": ANY_UUID + "\n"}]}, "queries[0].resourceId"),
     ],
 )
 async def test_invalid_bodies_get_a_422_naming_the_field(

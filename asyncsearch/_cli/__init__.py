@@ -362,6 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="extraction jobs (default: 50)",
     )
     serve.add_argument(
+        "--write-ids",
+        metavar="FILE",
+        help="write the seeded extraction job ids to FILE, one per line, once listening "
+        "(for extract-many)",
+    )
+    serve.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse with a 422 what the spec leaves open (unknown fields, out-of-range paging)",
+    )
+    serve.add_argument(
         "--allow-remote",
         action="store_true",
         help="allow a --host that is not loopback (the emulator has no TLS: test use only)",

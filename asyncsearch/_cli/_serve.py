@@ -7,6 +7,7 @@ import os
 import secrets
 import shlex
 import signal
+import tempfile
 from typing import TYPE_CHECKING
 
 from ._run import ENV_API_KEY, ENV_BASE_URL, EXIT_OK, EXIT_USAGE, PROG, CommandError, Context
@@ -29,7 +30,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _announce(emulator: ServiceEmulator, *, generated_key: bool, remote: bool) -> None:
+def _announce(
+    emulator: ServiceEmulator, *, generated_key: bool, remote: bool, ids_file: str | None
+) -> None:
     """Print where the emulator listens and the lines that point a shell at it."""
     url = emulator.base_url
     jobs = emulator.jobs()
@@ -57,7 +60,22 @@ def _announce(emulator: ServiceEmulator, *, generated_key: bool, remote: bool) -
         print(f"  {PROG} webhook-logs {jobs[0]['id']}")
     if emulator.page_urls:
         print(f"  {PROG} link {shlex.quote(emulator.page_urls[0])}")
+    if ids_file is not None:
+        print(f"  {PROG} extract-many {shlex.quote(ids_file)} -o results.jsonl")
     print("Press Ctrl-C to stop.", flush=True)
+
+
+def write_ids(path: str, ids: list[str]) -> None:
+    """Write job ids one per line, atomically: a reader sees no file or the whole of it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".ids-", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.writelines(f"{job_id}\n" for job_id in ids)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 async def serve(ctx: Context) -> int:
@@ -71,6 +89,9 @@ async def serve(ctx: Context) -> int:
             "real authentication; pass --allow-remote if you mean it",
             EXIT_USAGE,
         )
+    ids_file = args.write_ids
+    if ids_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(ids_file))):
+        raise CommandError(f"cannot write {ids_file}: no such folder", EXIT_USAGE)
     key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
     generated = not key
     if not key:
@@ -79,8 +100,19 @@ async def serve(ctx: Context) -> int:
 
     def on_ready(emulator: ServiceEmulator) -> None:
         nonlocal ready
+        if ids_file is not None:
+            # Before the banner, so that the banner also says the file is complete.
+            try:
+                write_ids(ids_file, [job["id"] for job in emulator.jobs()])
+            except OSError as exc:
+                raise CommandError(f"cannot write {ids_file}: {exc}") from None
         ready = True
-        _announce(emulator, generated_key=generated, remote=not _is_loopback(args.host))
+        _announce(
+            emulator,
+            generated_key=generated,
+            remote=not _is_loopback(args.host),
+            ids_file=ids_file,
+        )
 
     try:
         await serve_forever(
@@ -90,6 +122,7 @@ async def serve(ctx: Context) -> int:
             seed=args.seed,
             n_resources=args.resources,
             n_jobs=args.jobs,
+            strict=args.strict,
             on_ready=on_ready,
         )
     except OSError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hmac
+import re
 import secrets
 import time
 from collections import Counter, deque
@@ -20,8 +21,8 @@ from aiohttp import web
 from . import _search
 from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
 from ._faults import ENDPOINTS, FaultDecision, Faults
-from ._linkpreview import parse_preview
-from ._requests import check_uuid, parse_search
+from ._linkpreview import parse_preview, synthetic_preview
+from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
 from ._seed import seed_base, seed_pages
 from ._store import JobRecord, Store, Workspace, normalize_page_url, random_uuid, stable_uuid
 
@@ -38,6 +39,8 @@ API_KEY_HEADER = "X-Api-Key"
 MAX_RECORDED_REQUESTS = 100_000
 MAX_SEARCH_HISTORY = 10_000
 BASE_HEADER = "X-Service-Base-Id"
+# RFC 3986: a URI starts with a scheme and a colon.
+_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S*", re.ASCII)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -137,9 +140,11 @@ def _error(exc: EmulatorHTTPError) -> web.Response:
     return _json(exc.body(), exc.status, exc.headers)
 
 
-def _check_params(request: web.Request, allowed: Iterable[str]) -> None:
+def _check_params(request: web.Request, allowed: Iterable[str], strict: bool) -> None:
+    # The spec lists each endpoint's parameters but not what happens to others: a tolerant
+    # server ignores them; the strict mode refuses them so that typos are caught.
     unknown = sorted(set(request.query) - set(allowed))
-    if unknown:
+    if unknown and strict:
         raise validation_error(f"unknown query parameter {unknown[0]}", unknown[0])
 
 
@@ -172,6 +177,10 @@ class ServiceEmulator:
     seed the workspace (no base header) gets ``n_resources`` resources and ``n_jobs`` jobs and a
     few link preview pages (``emu.page_urls``). ``first_page`` is the number of the first page
     of search results; ``use_numpy`` forces (True/False) or auto-detects (None) the numpy path.
+    ``strict=False`` (the default) accepts what the spec leaves open the way a tolerant server
+    would (unknown fields and query parameters ignored, unknown sort values and out-of-range
+    paging fall back or are clamped, any URI previewed); ``strict=True`` refuses those with a
+    422. Both refuse what the spec fixes (its limits, the UUID pattern, the enums it names).
     """
 
     def __init__(
@@ -187,6 +196,7 @@ class ServiceEmulator:
         use_numpy: bool | None = None,
         fault_seed: int | None = None,
         shutdown_timeout: float = 1.0,
+        strict: bool = False,
     ) -> None:
         if api_key == "":
             raise ValueError("api_key must not be empty (None generates one)")
@@ -196,6 +206,7 @@ class ServiceEmulator:
         self.host = host
         self.first_page = first_page
         self.use_numpy = use_numpy
+        self.strict = strict
         self.workspace_id = (
             stable_uuid("workspace", str(seed)) if seed is not None else random_uuid()
         )
@@ -283,6 +294,7 @@ class ServiceEmulator:
         text: str | None = None,
         chunks: Sequence[str | Mapping[str, Any]] | None = None,
         ancestors: Iterable[str] | None = None,
+        image: bytes | str | None = None,
         strict: bool = True,
         **fields: Any,
     ) -> dict[str, Any]:
@@ -292,11 +304,20 @@ class ServiceEmulator:
         defaults. ``text`` (split into chunks of 40 words) or ``chunks`` (texts or chunk dicts)
         is the searchable content. ``tags`` may be names: each gets an id stable per name.
         ``ancestors`` are the ids ``filters.ancestorIds`` matches (default: parent, root folder,
-        root). Raises ValueError for an unknown field (unless ``strict=False``) or a duplicate id.
+        root). ``image`` (bytes or a base64 data URL) is the resource's picture: an image search
+        with the same bytes finds it with score 1.0, and with Pillow installed a re-encoded or
+        resized copy finds it too. Raises ValueError for an unknown field (unless
+        ``strict=False``), a duplicate id or an image that is not a data URL.
         """
         given = {**(resource or {}), **fields}
         return self.store.add_resource(
-            given, base_id=base_id, text=text, chunks=chunks, ancestors=ancestors, strict=strict
+            given,
+            base_id=base_id,
+            text=text,
+            chunks=chunks,
+            ancestors=ancestors,
+            image=image,
+            strict=strict,
         )
 
     def add_job(
@@ -382,7 +403,9 @@ class ServiceEmulator:
     # ------------------------------------------------------------ the app
 
     def _make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=4 * 1024 * 1024)
+        # The largest body the spec's limits allow (see _requests.MAX_BODY_BYTES); 413 beyond.
+        # aiohttp refuses a body of client_max_size bytes or more, hence the + 1.
+        app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES + 1)
         app[EMULATOR_KEY] = self
         routes = [
             web.post("/v2/search", self._search, name="search"),
@@ -405,6 +428,7 @@ class ServiceEmulator:
             web.post("/_emulator/seed", self._control_seed),
         ]
         app.add_routes(routes)
+        app.add_routes(self._listing_routes())
         return app
 
     @web.middleware
@@ -524,7 +548,7 @@ class ServiceEmulator:
         base_id = self._base_id(request)
         body = await self._json_body(request)
         started = time.perf_counter()
-        parsed = parse_search(body, first_page=self.first_page)
+        parsed = parse_search(body, first_page=self.first_page, strict=self.strict)
         index = self.store.base(base_id).index
         use_numpy = self.use_numpy if self.use_numpy is not None else _search.HAVE_NUMPY
         total, page = index.search(parsed, use_numpy=use_numpy)
@@ -554,7 +578,7 @@ class ServiceEmulator:
         return record
 
     async def _extract(self, request: web.Request) -> web.StreamResponse:
-        _check_params(request, ("format",))
+        _check_params(request, ("format",), self.strict)
         fmt = request.query.get("format", "json")
         if fmt not in ("json", "markdown"):
             raise validation_error("format must be json or markdown", "format")
@@ -570,13 +594,17 @@ class ServiceEmulator:
 
     async def _link(self, request: web.Request) -> web.StreamResponse:
         self._base_id(request)
-        _check_params(request, ("url", "type"))
+        _check_params(request, ("url", "type"), self.strict)
         url = request.query.get("url")
         if url is None:
             raise validation_error("url is required", "url")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise validation_error("url must be an absolute http(s) URI", "url")
+        if self.strict:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise validation_error("url must be an absolute http(s) URI", "url")
+        elif not _URI_RE.fullmatch(url):
+            # The spec fixes "URI format": a scheme is required, any scheme will do.
+            raise validation_error("url must be an absolute URI (scheme:...)", "url")
         kind = request.query.get("type", "cache")
         if kind not in ("cache", "link"):
             raise validation_error("type must be cache or link", "type")
@@ -586,17 +614,15 @@ class ServiceEmulator:
             return _json(cached)
         html = self.store.pages.get(key)
         if html is None:
-            raise not_found(
-                f"no page registered for {url} (the emulator makes no outside requests; "
-                "register one with add_page)",
-                "url",
-            )
+            # No outside requests: a URL no page was registered for gets a preview made up
+            # from the URL alone, not stored, so a page added later takes its place.
+            return _json(synthetic_preview(url))
         preview = parse_preview(url, html)
         self.store.preview_cache[key] = preview
         return _json(preview)
 
     async def _webhook_logs(self, request: web.Request) -> web.StreamResponse:
-        _check_params(request, ())
+        _check_params(request, (), self.strict)
         record = self._job_record(request)
         summary_fields = (
             "id",
@@ -612,7 +638,7 @@ class ServiceEmulator:
         return _json({"items": items})
 
     async def _webhook_log(self, request: web.Request) -> web.StreamResponse:
-        _check_params(request, ())
+        _check_params(request, (), self.strict)
         record = self._job_record(request)
         log_id = check_uuid(request.match_info["logId"], "logId")
         log = record.logs.get(log_id)
@@ -675,6 +701,7 @@ class ServiceEmulator:
                 text=body.get("text"),
                 chunks=body.get("chunks"),
                 ancestors=body.get("ancestors"),
+                image=body.get("image"),
                 strict=bool(body.get("strict", True)),
             )
         except (TypeError, ValueError) as exc:
@@ -737,6 +764,22 @@ class ServiceEmulator:
             raise validation_error(str(exc)) from None
         return _json({"resources": len(self.store.base(base_id).index)}, 201)
 
+    # --------------------------------------------------------- listing handlers
+
+    def _listing_routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/_emulator/jobs", self._control_list_jobs),
+            web.get("/_emulator/resources", self._control_list_resources),
+        ]
+
+    async def _control_list_jobs(self, request: web.Request) -> web.StreamResponse:
+        """``GET /_emulator/jobs``: ``{"items": [job, ...]}`` of a base, in insertion order."""
+        return _json({"items": self.jobs(self._base_id(request))})
+
+    async def _control_list_resources(self, request: web.Request) -> web.StreamResponse:
+        """``GET /_emulator/resources``: ``{"items": [resource, ...]}`` of a base."""
+        return _json({"items": self.resources(self._base_id(request))})
+
 
 EMULATOR_KEY = web.AppKey("asyncsearch_emulator", ServiceEmulator)
 
@@ -750,6 +793,7 @@ async def serve_forever(
     n_resources: int = 200,
     n_jobs: int = 50,
     first_page: int = 1,
+    strict: bool = False,
     on_ready: Callable[[ServiceEmulator], object] | None = None,
 ) -> None:
     """Run an emulator until cancelled (for a ``serve`` command); prints nothing itself.
@@ -764,6 +808,7 @@ async def serve_forever(
         host=host,
         port=port,
         first_page=first_page,
+        strict=strict,
     )
     async with emulator:
         if on_ready is not None:

@@ -1,12 +1,18 @@
-"""Open Graph parsing of registered HTML pages for the link preview endpoint (no network)."""
+"""Link previews with no network: Open Graph parsing of registered pages, else a synthetic one."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
-__all__ = ["parse_preview"]
+__all__ = ["SYNTHETIC_IMAGE_BASE", "parse_preview", "synthetic_preview"]
+
+#: Where the synthetic previews' images point (a made-up CDN; nothing is served there).
+SYNTHETIC_IMAGE_BASE = "https://cdn.example.com/link-previews/"
+_WORD_RE = re.compile(r"[^\W_]+")
 
 
 class _HeadParser(HTMLParser):
@@ -119,4 +125,53 @@ def parse_preview(url: str, html: str) -> dict[str, Any]:
         "image": image,
         "favicon": favicon,
         "metadata": dict(meta),
+    }
+
+
+def synthetic_preview(url: str) -> dict[str, Any]:
+    """Return a deterministic preview (spec 2.4) of a URL that no registered page describes.
+
+    Everything is derived from the URL: the title from the last path segment's words (else the
+    host, else the URL), the site name from the host without ``www.``, the image a 1200 x 630
+    PNG named after a hash of the URL, the favicon ``/favicon.ico`` of an http(s) origin (an
+    empty url otherwise). ``metadata`` holds the Open Graph tags such a page would carry.
+    """
+    parts = urlsplit(url)
+    web = parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+    host = (parts.hostname or "").removeprefix("www.")
+    segments = [s for s in unquote(parts.path).split("/") if s] if web else []
+    last = segments[-1].rsplit(".", 1)[0] if segments else ""
+    words = _WORD_RE.findall(last)
+    title = " ".join(words).capitalize() if words else (host or url)
+    description = f"{title}, on {host}." if host else f"{title}."
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    image = {
+        "url": f"{SYNTHETIC_IMAGE_BASE}{digest}.png",
+        "width": 1200,
+        "height": 630,
+        "mime": "image/png",
+    }
+    favicon = {
+        "url": f"{parts.scheme.lower()}://{parts.netloc}/favicon.ico" if web else "",
+        "width": None,
+        "height": None,
+        "mime": None,
+    }
+    metadata = {
+        "og:title": title,
+        "og:description": description,
+        "og:image": image["url"],
+        "og:url": url,
+    }
+    if host:
+        metadata["og:site_name"] = host
+    return {
+        "url": url,
+        "title": title,
+        "type": "link",
+        "description": description,
+        "siteName": host or None,
+        "image": image,
+        "favicon": favicon,
+        "metadata": metadata,
     }

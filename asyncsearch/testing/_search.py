@@ -4,7 +4,8 @@ Scores are in [0, 1]. A ``text`` query scores ``0.7 * keyword + 0.3 * vector`` w
 the BM25 score (name counted three times, description, chunk text) divided by the best BM25
 score in the base, and vector is the cosine similarity of the query's and the resource's
 ``small3_512`` vectors clamped to [0, 1]. An ``image`` query scores the cosine similarity with
-``clip2``; a ``resourceId`` query the cosine similarity with that resource's ``small3_512``
+``clip2``, raised for resources added with an image to how alike the two pictures are (see
+``_images``: 1.0 for identical bytes); a ``resourceId`` query the cosine similarity with that resource's ``small3_512``
 (the resource itself is left out). A query object with several of text, image and resourceId
 scores the mean of their scores; one with none of them ("browse") gives every resource that
 passes the filters the score 1.0. A hit is kept when ``score > 0`` and
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._embed import CLIP2, SMALL3, HashingEmbedder, image_tokens, tokenize
 from ._errors import not_found
+from ._images import ImageFingerprint, fingerprint, similarity
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -285,6 +287,8 @@ class SearchIndex:
         self._chunk_tokens = 0
         self.small3 = _VectorSpace(SMALL3)
         self.clip2 = _VectorSpace(CLIP2)
+        # row -> fingerprint of the picture of resources added with an image.
+        self.images: dict[int, ImageFingerprint] = {}
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -301,15 +305,20 @@ class SearchIndex:
         other._total_len = self._total_len
         other._chunk_count = self._chunk_count
         other._chunk_tokens = self._chunk_tokens
+        other.images = dict(self.images)
         for mine, theirs in ((self.small3, other.small3), (self.clip2, other.clip2)):
             theirs.buf = array("i", mine.buf)
             theirs.norms = array("d", mine.norms)
         return other
 
     def add(
-        self, wire: dict[str, Any], chunks: list[dict[str, Any]], ancestors: Iterable[str]
+        self,
+        wire: dict[str, Any],
+        chunks: list[dict[str, Any]],
+        ancestors: Iterable[str],
+        image: bytes | None = None,
     ) -> IndexedResource:
-        """Index a resource's wire dict, its text chunks and its ancestor ids."""
+        """Index a resource's wire dict, its text chunks, its ancestor ids and its picture."""
         rid = wire["id"]
         if rid in self.by_id:
             raise ValueError(f"a resource with id {rid!r} already exists in this base")
@@ -351,6 +360,8 @@ class SearchIndex:
         for extra in visual_text(wire):
             visual_tokens.extend(tokenize(extra))
         self.clip2.append(visual_tokens)
+        if image is not None:
+            self.images[doc.row] = fingerprint(image)
         self.docs.append(doc)
         self.by_id[rid] = doc
         return doc
@@ -460,7 +471,15 @@ class SearchIndex:
                 )
         if spec.image is not None:
             query = CLIP2.counts(image_tokens(spec.image))
-            signals.append(_as_signal(self.clip2.similarities(query, use_numpy), use_numpy))
+            signal = _as_signal(self.clip2.similarities(query, use_numpy), use_numpy)
+            if self.images:
+                # Pictures are compared in pure Python on both paths, so the scores match.
+                wanted = fingerprint(spec.image)
+                for row, stored in self.images.items():
+                    alike = similarity(wanted, stored)
+                    if alike > signal[row]:
+                        signal[row] = alike
+            signals.append(signal)
         excluded: int | None = None
         if spec.resource_id is not None:
             target = self.by_id.get(spec.resource_id)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ._embed import decode_data_url
 from ._search import SearchIndex
 
 __all__ = [
@@ -392,17 +393,24 @@ class Store:
         text: str | None = None,
         chunks: Sequence[str | Mapping[str, Any]] | None = None,
         ancestors: Iterable[str] | None = None,
+        image: bytes | str | None = None,
         strict: bool = True,
         ids: Callable[[], str] = random_uuid,
         now: str | None = None,
     ) -> dict[str, Any]:
-        """Store a resource completed with defaults and return its wire dict (a copy)."""
+        """Store a resource completed with defaults and return its wire dict (a copy).
+
+        ``image`` is the resource's picture for image search: its bytes, or a base64 data URL.
+        """
         for reserved in ("score", "chunks", "embeddings"):
             if reserved in given:
                 raise ValueError(
                     f"{reserved!r} is computed per search hit; give the resource's text with "
                     "text= or chunks= instead"
                 )
+        picture = decode_data_url(image) if isinstance(image, str) else image
+        if picture is not None and not isinstance(picture, bytes | bytearray):
+            raise TypeError("image must be bytes or a base64 data URL")
         given = dict(given)
         rid = given.pop("id", None) or ids()
         if not isinstance(rid, str):
@@ -421,7 +429,9 @@ class Store:
         chunk_dicts = make_chunks(chunks)
         if ancestors is None:
             ancestors = self._default_ancestors(wire)
-        self.base(base_id).index.add(wire, chunk_dicts, ancestors)
+        self.base(base_id).index.add(
+            wire, chunk_dicts, ancestors, bytes(picture) if picture is not None else None
+        )
         return copy.deepcopy(wire)
 
     @staticmethod
