@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import signal
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 
 from asyncsearch import AsyncSearchClient, AuthenticationError
 
-from .cli_helpers import cli_env, finish, run_cli, start_cli
+from .cli_helpers import cli_env, finish, read_jsonl, run_cli, start_cli
 
 EXPORT_LINE = re.compile(
     r"export ASYNCSEARCH_BASE_URL=(?P<url>\S+) ASYNCSEARCH_API_KEY=(?P<key>\S+)"
@@ -104,4 +107,53 @@ async def test_serve_on_a_port_in_use_exits_1() -> None:
         result = await run_cli("serve", "--port", str(port), env=cli_env())
     assert result.code == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_serve_write_ids_then_extract_many_from_a_shell(tmp_path: Path) -> None:
+    python = shlex.quote(sys.executable)
+    server = await asyncio.create_subprocess_shell(
+        f"exec {python} -m asyncsearch serve --port 0 --jobs 7 --write-ids ids.txt",
+        cwd=tmp_path,
+        env=cli_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        # The banner is printed once the ids file is complete: it is the readiness signal.
+        banner = await _read_until(server.stdout, "Press Ctrl-C to stop.")
+        found = EXPORT_LINE.search(banner)
+        assert found is not None, banner
+        assert "extract-many ids.txt -o results.jsonl" in banner
+        ids = (tmp_path / "ids.txt").read_text().splitlines()
+        assert len(ids) == 7
+        assert all(re.fullmatch(r"[0-9a-f-]{36}", i) for i in ids)
+        env = cli_env(ASYNCSEARCH_BASE_URL=found["url"], ASYNCSEARCH_API_KEY=found["key"])
+        export = await asyncio.create_subprocess_shell(
+            f"{python} -m asyncsearch extract-many ids.txt -o out.jsonl",
+            cwd=tmp_path,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        exported = await finish(export)
+    finally:
+        if server.returncode is None:
+            server.send_signal(signal.SIGINT)
+        served = await finish(server)
+    assert exported.code == 0, exported.stderr
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    assert sorted(line["jobId"] for line in lines) == sorted(ids)
+    assert all(line["ok"] and line["job"]["id"] == line["jobId"] for line in lines)
+    assert served.code == 0, served.stderr
+
+
+async def test_serve_write_ids_to_a_missing_folder_fails_cleanly(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder" / "ids.txt"
+    result = await run_cli("serve", "--port", "0", "--write-ids", str(missing), env=cli_env())
+    assert result.code == 1
+    assert f"cannot write {missing}" in result.stderr
     assert "Traceback" not in result.stderr

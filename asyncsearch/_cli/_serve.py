@@ -90,8 +90,6 @@ async def serve(ctx: Context) -> int:
             EXIT_USAGE,
         )
     ids_file = args.write_ids
-    if ids_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(ids_file))):
-        raise CommandError(f"cannot write {ids_file}: no such folder", EXIT_USAGE)
     key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
     generated = not key
     if not key:

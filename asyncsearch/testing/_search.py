@@ -5,10 +5,10 @@ the BM25 score (name counted three times, description, chunk text) divided by th
 score in the base, and vector is the cosine similarity of the query's and the resource's
 ``small3_512`` vectors clamped to [0, 1]. An ``image`` query scores the cosine similarity with
 ``clip2``, raised for resources added with an image to how alike the two pictures are (see
-``_images``: 1.0 for identical bytes); a ``resourceId`` query the cosine similarity with that resource's ``small3_512``
-(the resource itself is left out). A query object with several of text, image and resourceId
-scores the mean of their scores; one with none of them ("browse") gives every resource that
-passes the filters the score 1.0. A hit is kept when ``score > 0`` and
+``_images``: 1.0 for identical bytes); a ``resourceId`` query the cosine similarity with that
+resource's ``small3_512`` (the resource itself is left out). A query object with several of
+text, image and resourceId scores the mean of their scores; one with none of them ("browse")
+gives every resource that passes the filters the score 1.0. A hit is kept when ``score > 0`` and
 ``score >= cutoff(precision)``, with ``cutoff(p) = p / 2``.
 
 numpy, when importable, computes the vector part for all resources at once; without it (or with
