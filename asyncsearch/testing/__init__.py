@@ -18,7 +18,7 @@ Quick start
             page = await client.search("quarterly invoice")
 
 ``ServiceEmulator(api_key=None, *, seed=None, n_resources=200, n_jobs=50, host="127.0.0.1",
-port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0)``
+port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0, strict=False)``
 
 - ``api_key``: the key every request must send as ``X-Api-Key``; None generates one
   (``secrets.token_urlsafe``), read it back from ``emu.api_key``.
@@ -29,11 +29,15 @@ port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0)``
 - ``first_page``: the number of the first search page (1, or 0 for a zero-based service).
 - ``use_numpy``: None uses numpy when importable; False forces the pure-Python path.
 - ``fault_seed``: seeds the fault RNG (default: ``seed``, else 0).
+- ``strict``: False (the default) answers what the spec leaves open the way a tolerant server
+  would, so that tests passing here do not lean on 422s the spec never promises; True refuses
+  it with a 422 naming the field, to catch typos. Both modes refuse what the spec fixes. The
+  choices of each mode are marked below ("lenient:", "strict:").
 
 ``async with`` starts and stops it; or ``await emu.start()`` / ``await emu.stop()`` (the data
 survives a stop; a restart with ``port=0`` gets a new port). ``emu.app`` is the
 ``aiohttp.web.Application``; ``serve_forever(host=, port=, api_key=, seed=, n_resources=,
-n_jobs=, first_page=, on_ready=)`` runs one until cancelled, prints nothing, and calls
+n_jobs=, first_page=, strict=, on_ready=)`` runs one until cancelled, prints nothing, and calls
 ``on_ready(emulator)`` once it listens (for a ``serve`` command).
 
 Python data API
@@ -46,9 +50,11 @@ complete. A key the spec does not define raises ValueError (typo guard) unless `
 workspace; any other string is a base (created empty on first use).
 
 - ``emu.add_resource(resource=None, /, *, base_id=None, text=None, chunks=None,
-  ancestors=None, strict=True, **fields) -> dict``: ``text`` is split into 40-word chunks, or
-  give ``chunks`` (strings or dicts of text, sequence, pageNumber, timeStart, timeEnd); these
-  are what text search matches and quotes. ``tags`` may be names (ids are stable per name).
+  ancestors=None, image=None, strict=True, **fields) -> dict``: ``text`` is split into 40-word
+  chunks, or give ``chunks`` (strings or dicts of text, sequence, pageNumber, timeStart,
+  timeEnd); these are what text search matches and quotes. ``image`` (bytes or a base64 data
+  URL) is the resource's picture, which image search compares (see below). ``tags`` may be
+  names (ids are stable per name).
   ``ancestors`` are the ids ``filters.ancestorIds`` matches (default: parent id, root folder id,
   root id). ``score``, ``chunks`` and ``embeddings`` are computed per hit, never stored.
 - ``emu.add_job(job=None, /, *, base_id=None, next_states=(), strict=True, **fields) -> dict``:
@@ -64,7 +70,8 @@ workspace; any other string is a base (created empty on first use).
   ``emu.webhook_logs(job_id, base_id)``, ``emu.search_history`` (``SearchRecord(base_id,
   body)`` of each search not sent with ``incognito: true``; the latest 10,000).
 - ``image_data_url(content, mime="image/png")``: a data URL whose image vector matches
-  resources about ``content`` (see image search below).
+  resources about ``content`` (see image search below). For a real picture use
+  ``asyncsearch.image_data_url(path_or_bytes)``.
 
 Seeded data
 ===========
@@ -98,9 +105,12 @@ Endpoints and the choices where the spec is silent
 All answers are JSON (``application/json``); success is always 200.
 
 ``POST /v2/search``
-    - Fields are strict: unknown fields are refused (422), ``null`` is accepted only for
-      ``incognito``, ``filters.createdAfter`` and ``filters.createdBefore``; any Content-Type
-      is read as JSON.
+    - Both modes: the types the spec gives are required, ``null`` is accepted only for
+      ``incognito``, ``filters.createdAfter`` and ``filters.createdBefore``, and the limits of
+      ``text``, ``image``, ``precision`` and the UUID pattern hold; any Content-Type is read
+      as JSON. Lenient: unknown fields (at any level) are ignored; an integer may be written
+      ``2.0``; a ``queries`` element may be empty (it browses); a filter date may be a date
+      alone (midnight UTC). Strict: each of these is a 422.
     - ``text``, ``image`` and ``resourceId`` may be combined; a query object's score is the
       mean of the scores of those it has. With none of them (and no ``queries``) the request
       browses: every resource passing the filters, each with score 1.0.
@@ -109,8 +119,13 @@ All answers are JSON (``application/json``); success is always 200.
       base; vector = cosine similarity of ``small3_512`` vectors, clamped to [0, 1].
       ``image``: cosine similarity with ``clip2`` (the data URL's bytes, read as Latin-1 text,
       are embedded like text, so ``image_data_url("red bicycle")`` finds resources about red
-      bicycles). ``resourceId``: cosine similarity with that resource's ``small3_512``; the
-      resource itself is left out; an unknown id is a 404.
+      bicycles), raised for a resource added with ``image=`` to how alike the two pictures
+      are: 1.0 for identical bytes; with Pillow installed (the ``emulator`` extra), else 0,
+      the correlation of 16 x 16 grey thumbnails, capped at 0.99, so a re-encoded or resized
+      copy ranks the original first. Pictures Pillow cannot or will not decode (decompression
+      bombs) match by bytes only. No model, no download. ``resourceId``: cosine similarity
+      with that resource's ``small3_512``; the resource itself is left out; an unknown id is
+      a 404.
     - Vectors come from a hashing embedder: each term (lower-cased, plural-folded, stopwords
       dropped) adds signed counts to hashed positions, plus its first four letters (so
       "invoicing" is near "invoice"). ``small3_512`` embeds name, description and chunks;
@@ -129,10 +144,12 @@ All answers are JSON (``application/json``); success is always 200.
     - ``sort.field``: score, createdAt, modifiedAt, name (case-insensitive), size;
       ``sort.order``: asc or desc. Defaults: score desc when there is a query, createdAt desc
       when browsing; an order's default is desc, except asc for name. Nulls sort last either
-      way; ties go by id ascending.
+      way; ties go by id ascending. Lenient: another field falls back to the default
+      (relevance), another order to the field's default. Strict: a 422.
     - ``pagination.page`` counts from ``first_page`` (1); ``pageSize`` defaults to 20, at most
-      100. ``total`` counts every hit, ``hasMore`` says a later page has hits; a page past the
-      end is empty. Only the requested page is serialised.
+      100. Lenient: a page below ``first_page`` is the first page, a pageSize below 1 is 1
+      and above 100 is 100. Strict: a 422. ``total`` counts every hit, ``hasMore`` says a
+      later page has hits; a page past the end is empty. Only the requested page is serialised.
     - Every hit carries ``score`` (6 decimals), ``chunks`` and ``embeddings``. ``chunks`` are
       the resource's chunks containing a query term, best first, at most 3, each with a score
       in (0, 1); empty for image, resourceId and browse queries.
@@ -140,11 +157,18 @@ All answers are JSON (``application/json``); success is always 200.
 ``GET /v2/extract/{jobId}?format=json|markdown``
     ``format=markdown`` keeps the job's shape and replaces ``extraction.common.caption`` with a
     Markdown rendering: a ``# title`` heading, the caption, a ``**Keywords:**`` line, any OCR
-    text and a source link. Unknown query parameters are refused (422).
+    text and a source link. Lenient: unknown query parameters are ignored (on every GET).
+    Strict: a 422.
 
 ``GET /v2/link?url=&type=cache|link``
-    Previews only pages registered with ``add_page`` (an unregistered URL is a 404). ``type``
-    defaults to cache: cache answers with the stored preview of the URL if there is one;
+    ``url`` must be a URI: lenient, any ``scheme:...`` (``ftp:``, ``mailto:``, ``urn:``);
+    strict, an absolute http(s) URL. A URL not registered with ``add_page`` gets a synthetic
+    preview derived from the URL alone, the same every time and never stored: ``title`` from
+    the last path segment's words (else the host, else the URL), ``siteName`` the host without
+    ``www.``, ``description`` "<title>, on <host>.", ``image`` a 1200 x 630 PNG at
+    ``https://cdn.example.com/link-previews/<hash>.png``, ``favicon`` ``/favicon.ico`` of an
+    http(s) origin (else ``url ""``), ``metadata`` the matching og: tags. Registered pages:
+    ``type`` defaults to cache: cache answers with the stored preview of the URL if there is one;
     link parses the page again and refreshes the stored preview. The preview's ``url`` is the
     requested URL; ``title`` is og:title, else ``<title>``; ``type`` og:type, else "link";
     ``description`` og:description, else ``<meta name="description">``; ``siteName``
@@ -170,13 +194,23 @@ Every non-2xx answer has one body shape::
 
 - 400 ``bad_request``: an empty body or malformed JSON.
 - 401 ``unauthorized``: ``X-Api-Key`` missing or wrong (compared in constant time).
-- 404 ``not_found``: unknown job, log, resourceId, link page or route.
+- 404 ``not_found``: unknown job, log, resourceId or route.
 - 405 ``method_not_allowed`` (with ``Allow``).
-- 422 ``validation_error``: a body that is not an object, an unknown field, a wrong type, a
-  value past a limit (text over 255 characters; image over 600000 characters, not a base64
-  data URL; precision outside [0, 1]; page below ``first_page``; pageSize outside 1-100), a
-  UUID not matching the spec's pattern (lower-case, version 1-8) in the body or path, an
-  unknown ``format``/``type``/``sort`` value, an empty ``X-Service-Base-Id``.
+- 413 ``payload_too_large``: a body over 16,869,605 bytes (``_requests.MAX_BODY_BYTES``), the
+  largest the spec's limits allow. The spec bounds text (255 characters) and image (600,000)
+  but no array, so the computation assumes at most 16 ``queries`` elements and 100 values in
+  each filter array, other strings (filter values, timestamps, sort values) of at most 64
+  characters and numbers of at most 32; every bounded field at its limit, in compact JSON as
+  ``json.dumps`` writes it (ASCII strings one byte per character, others 12, a surrogate
+  pair escape). Seventeen 600,000-character images fit.
+- 422 ``validation_error``, both modes: a body that is not an object, a wrong type, a value
+  past a limit (text over 255 characters; image over 600000 characters, not a base64 data
+  URL; precision outside [0, 1]), a UUID not fully matching the spec's pattern (lower-case,
+  version 1-8; a trailing newline too) in the body or path, an unknown ``format`` or
+  ``type``, a ``url`` that is not a URI, an empty ``X-Service-Base-Id``. Strict only: an
+  unknown field or query parameter, page below ``first_page``, pageSize outside 1-100, an
+  unknown ``sort`` value, an empty ``queries`` element, a filter date without a time, a
+  ``url`` that is not absolute http(s).
 - Injected faults: 429 ``rate_limited``, 500 ``internal_error``, 503 ``service_unavailable``
   (other scripted statuses get ``"error"`` or their usual code).
 
@@ -220,12 +254,15 @@ HTTP control API (for a server in another process; needs ``X-Api-Key``)
 - ``GET /_emulator/stats`` -> ``{"counts", "total", "inFlight", "maxInFlight",
   "inFlightByEndpoint", "maxInFlightByEndpoint", "lastSearchMs"}``;
   ``POST /_emulator/stats/reset``
+- ``GET /_emulator/jobs`` and ``GET /_emulator/resources`` -> ``{"items": [...]}``, a base's
+  jobs or resources in insertion order (``jq -r '.items[].id'`` makes an ids file; ``asyncsearch
+  serve --write-ids FILE`` writes the seeded job ids at start).
 - ``POST /_emulator/resources`` ``{"resource": {...}, "text": "...", "chunks": [...],
-  "ancestors": [...], "strict": true}``; ``POST /_emulator/jobs`` ``{"job": {...},
-  "nextStates": [...]}``; ``POST /_emulator/jobs/{jobId}/webhook-logs`` ``{"log": {...}}``;
-  ``POST /_emulator/seed`` ``{"nResources": 200, "nJobs": 50, "seed": 0}`` (all honour
-  ``X-Service-Base-Id``; 201 with the stored item); ``POST /_emulator/pages``
-  ``{"url": "...", "html": "..."}``.
+  "ancestors": [...], "image": "data:...", "strict": true}``; ``POST /_emulator/jobs``
+  ``{"job": {...}, "nextStates": [...]}``; ``POST /_emulator/jobs/{jobId}/webhook-logs``
+  ``{"log": {...}}``; ``POST /_emulator/seed`` ``{"nResources": 200, "nJobs": 50,
+  "seed": 0}`` (all honour ``X-Service-Base-Id``; 201 with the stored item);
+  ``POST /_emulator/pages`` ``{"url": "...", "html": "..."}``.
 
 pytest plugin
 =============
