@@ -10,6 +10,7 @@ import socket
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from asyncsearch import AsyncSearchClient, AuthenticationError
@@ -157,3 +158,28 @@ async def test_serve_write_ids_to_a_missing_folder_fails_cleanly(tmp_path: Path)
     assert result.code == 1
     assert f"cannot write {missing}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("strict", [False, True])
+async def test_serve_strict_refuses_what_the_spec_leaves_open(strict: bool) -> None:
+    flags = ["--strict"] if strict else []
+    process = await start_cli("serve", "--port", "0", "--jobs", "0", *flags, env=cli_env())
+    try:
+        assert process.stdout is not None
+        banner = await _read_until(process.stdout, "Press Ctrl-C to stop.")
+        found = EXPORT_LINE.search(banner)
+        assert found is not None, banner
+        async with (
+            aiohttp.ClientSession(
+                found["url"],
+                headers={"X-Api-Key": found["key"]},
+                timeout=aiohttp.ClientTimeout(total=20),
+            ) as http,
+            http.post("/v2/search", json={"text": "invoice", "bogus": 1}) as response,
+        ):
+            assert response.status == (422 if strict else 200)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+        result = await finish(process)
+    assert result.code == 0, result.stderr

@@ -191,6 +191,18 @@ async def test_link_preview_of_the_client_works_on_any_url(emu: ServiceEmulator)
         assert caught.value.status_code == 503
 
 
+async def test_every_url_the_strict_mode_previews_the_lenient_one_does() -> None:
+    url = "https://www.example.org/a page with spaces"
+    for strict in (False, True):
+        async with (
+            ServiceEmulator(api_key=KEY, strict=strict) as emulator,
+            aiohttp.ClientSession(emulator.base_url, headers={"X-Api-Key": KEY}) as session,
+        ):
+            assert (await preview(session, url=url))["url"] == url
+            body = await preview(session, status=422, url="no-scheme/here")
+            assert body["error"]["field"] == "url"
+
+
 @pytest.mark.parametrize(
     "url", ["ftp://files.example.org/x.tar", "mailto:someone@example.org", "urn:isbn:0451450523"]
 )

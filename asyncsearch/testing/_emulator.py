@@ -39,8 +39,9 @@ API_KEY_HEADER = "X-Api-Key"
 MAX_RECORDED_REQUESTS = 100_000
 MAX_SEARCH_HISTORY = 10_000
 BASE_HEADER = "X-Service-Base-Id"
-# RFC 3986: a URI starts with a scheme and a colon.
-_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S*", re.ASCII)
+# RFC 3986: a URI starts with a scheme and a colon (the rest is not checked, so the lenient
+# mode accepts every URL the strict mode does).
+_URI_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:", re.ASCII)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -602,7 +603,7 @@ class ServiceEmulator:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise validation_error("url must be an absolute http(s) URI", "url")
-        elif not _URI_RE.fullmatch(url):
+        elif not _URI_SCHEME_RE.match(url):
             # The spec fixes "URI format": a scheme is required, any scheme will do.
             raise validation_error("url must be an absolute URI (scheme:...)", "url")
         kind = request.query.get("type", "cache")
