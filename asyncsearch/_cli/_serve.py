@@ -65,7 +65,7 @@ def _announce(
     print("Press Ctrl-C to stop.", flush=True)
 
 
-def write_ids(path: str, ids: list[str]) -> None:
+def _write_ids(path: str, ids: list[str]) -> None:
     """Write job ids one per line, atomically: a reader sees no file or the whole of it."""
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(prefix=".ids-", dir=folder)
@@ -101,7 +101,7 @@ async def serve(ctx: Context) -> int:
         if ids_file is not None:
             # Before the banner, so that the banner also says the file is complete.
             try:
-                write_ids(ids_file, [job["id"] for job in emulator.jobs()])
+                _write_ids(ids_file, [job["id"] for job in emulator.jobs()])
             except OSError as exc:
                 raise CommandError(f"cannot write {ids_file}: {exc}") from None
         ready = True
