@@ -16,6 +16,7 @@ from asyncsearch import AsyncSearchClient
 from asyncsearch.testing import ServiceEmulator, _images
 from asyncsearch.testing._images import fingerprint, similarity
 
+from .cli_helpers import cli_env, run_python
 from .conftest import EMULATOR_KEY as KEY
 
 Image = pytest.importorskip("PIL.Image")
@@ -159,3 +160,25 @@ async def test_an_image_can_be_added_over_http(
         "/_emulator/resources", json={"resource": {"name": "Bad"}, "image": "not a data URL"}
     ) as response:
         assert response.status == 422
+
+
+NO_PILLOW = """
+import base64, sys
+sys.modules["PIL"] = None  # as if Pillow were not installed
+from asyncsearch.testing import ServiceEmulator, _images
+from asyncsearch.testing._requests import parse_search
+assert not _images.HAVE_PILLOW
+emu = ServiceEmulator()
+data = bytes(range(256)) * 4
+emu.add_resource(name="other", image=b"something else")
+wanted = emu.add_resource(name="wanted", image=data)
+url = "data:image/png;base64," + base64.b64encode(data).decode()
+total, page = emu.store.base(None).index.search(parse_search({"image": url}))
+print(page[0][0].id == wanted["id"], page[0][1])
+"""
+
+
+async def test_the_emulator_imports_and_matches_bytes_without_pillow() -> None:
+    result = await run_python(NO_PILLOW, env=cli_env())
+    assert result.code == 0, result.stderr
+    assert result.stdout.split() == ["True", "1.0"]
