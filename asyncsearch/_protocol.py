@@ -574,12 +574,31 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+#: What a URL path may hold as it is (RFC 3986 ``pchar`` and ``/``, besides letters and digits).
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_PERCENT_ESCAPE = re.compile(r"(%[0-9A-Fa-f]{2})")
+
+
+def _encode_path(path: str) -> str:
+    """``path`` with every character a URL path cannot hold percent-encoded as UTF-8.
+
+    ``%XX`` escapes already there are kept, so an encoded prefix goes out exactly as given, and a
+    ``%`` that starts no escape becomes ``%25``: encoding an encoded path changes nothing.
+    """
+    pieces = _PERCENT_ESCAPE.split(path)
+    # split() with one group: the escapes are at the odd indexes.
+    return "".join(
+        piece if i % 2 else quote(piece, safe=_PATH_SAFE) for i, piece in enumerate(pieces)
+    )
+
+
 def check_base_url(base_url: object, *, allow_http: bool) -> str:
     """Return the base URL without a trailing slash, or raise ``ConfigurationError``.
 
     It must be absolute, without user info, query or fragment; a plain ``http`` URL is refused
     unless the host is loopback or ``allow_http`` is set, since the key would cross the network
-    in the clear.
+    in the clear. The host must be ASCII (an internationalised name in its ``xn--`` form); in the
+    path, characters a URL cannot hold as they are (a space, non-ASCII) are percent-encoded.
     """
     if not isinstance(base_url, str) or not base_url.strip():
         raise ConfigurationError("base_url is missing: pass base_url= or set ASYNCSEARCH_BASE_URL")
@@ -598,12 +617,23 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
         raise ConfigurationError("base_url must not carry user info; pass api_key= instead")
     if parts.query or parts.fragment:
         raise ConfigurationError("base_url must not have a query or fragment")
+    if not parts.netloc.isascii() or any(c.isspace() or not c.isprintable() for c in parts.netloc):
+        raise ConfigurationError(
+            f"base_url's host {parts.netloc!r} must be plain ASCII without spaces; write an "
+            "internationalised domain name in its IDNA form (xn--...)"
+        )
+    try:
+        path = _encode_path(parts.path.rstrip("/"))
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            "base_url's path is not valid Unicode (a lone surrogate)"
+        ) from None
     if parts.scheme == "http" and not allow_http and not _is_loopback(host):
         raise ConfigurationError(
             f"base_url {base_url!r} is plain http to a host that is not loopback; the API key "
             "would travel unencrypted. Use https, or pass allow_http=True if you mean it"
         )
-    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 def _strip_userinfo(url: str) -> str:

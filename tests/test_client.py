@@ -99,6 +99,17 @@ def make_client(server: Server, prefix: str = "", **options: Any) -> AsyncSearch
 # -- every endpoint: the request on the wire and the typed result ---------------------------------
 
 
+async def test_a_base_url_path_with_a_space_or_non_ascii_goes_out_percent_encoded(
+    serve: Serve,
+) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    async with make_client(server, "/my api/d\u00e9p\u00f4t/", max_retries=0) as client:
+        job = await client.get_extraction(JOB_ID)
+    assert job.id == JOB_ID
+    # The request line as the server read it, before any decoding.
+    assert [seen.path for seen in server.seen] == [f"/my%20api/d%C3%A9p%C3%B4t/v2/extract/{JOB_ID}"]
+
+
 @pytest.mark.parametrize("prefix", ["", "/api", "/api/"])
 async def test_every_endpoint_request_and_decoding(serve: Serve, prefix: str) -> None:
     server = await serve(routes(SAMPLE_ROUTES))

@@ -275,10 +275,21 @@ def test_image_data_url_largest_allowed() -> None:
         ("http://localhost:8000/x", "http://localhost:8000/x"),
         ("http://[::1]:8000", "http://[::1]:8000"),
         ("http://127.5.6.7", "http://127.5.6.7"),
+        # What a URL path cannot hold as it is goes out percent-encoded (UTF-8)...
+        ("https://api.example.com/my api/", "https://api.example.com/my%20api"),
+        ("https://api.example.com/d\u00e9p\u00f4t", "https://api.example.com/d%C3%A9p%C3%B4t"),
+        ('https://api.example.com/a\\b"c<d>', "https://api.example.com/a%5Cb%22c%3Cd%3E"),
+        # ...escapes already there are kept (encoding twice changes nothing), a stray % is one...
+        ("https://api.example.com/my%20api", "https://api.example.com/my%20api"),
+        ("https://api.example.com/100%/x%2", "https://api.example.com/100%25/x%252"),
+        # ...and what a path may hold stays as it is.
+        ("https://api.example.com/v1;x=1/a:b@c/~u/!$&'()*+,=", None),
     ],
 )
-def test_base_url_accepted(url: str, expected: str) -> None:
-    assert protocol.check_base_url(url, allow_http=False) == expected
+def test_base_url_accepted(url: str, expected: str | None) -> None:
+    checked = protocol.check_base_url(url, allow_http=False)
+    assert checked == (url if expected is None else expected)
+    assert protocol.check_base_url(checked, allow_http=False) == checked
 
 
 @pytest.mark.parametrize(
@@ -291,6 +302,9 @@ def test_base_url_accepted(url: str, expected: str) -> None:
         ("https://user:pw@api.example.com", "user info"),
         ("https://api.example.com?x=1", "query"),
         ("https://api.example.com:notaport", "not a valid URL"),
+        ("https://b\u00fccher.example/api", "IDNA form"),
+        ("https://api example.com", "without spaces"),
+        ("https://api.example.com/\ud800", "not valid Unicode"),
         ("", "base_url is missing"),
         (None, "base_url is missing"),
     ],
