@@ -389,9 +389,12 @@ class AsyncSearchClient:
         api_key: sent as ``X-Api-Key``; defaults to env ``ASYNCSEARCH_API_KEY``.
         base_url: the service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
         base_id: sends ``X-Service-Base-Id`` to run against that base.
-        timeout: seconds per attempt, or ``Timeout(connect=, read=, total=)``.
+        timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or a number of seconds
+            (the total, capping the others); ``None`` turns every limit off; not given: the
+            default ``Timeout()``.
         max_retries: retries after the first attempt (connection errors, timeouts, 408, 429, 5xx).
-        max_connections: size of the connection pool (ignored when ``session`` is given).
+        max_connections: size of the connection pool (ignored when ``session`` is given); a
+            call waits at most ``Timeout.pool`` for a free connection (``PoolTimeoutError``).
         session: an ``aiohttp.ClientSession`` to use; the client never closes it.
         headers: extra headers on every request (they cannot replace the key or base id).
         ssl: an ``ssl.SSLContext``, e.g. to trust a private CA.
@@ -412,7 +415,7 @@ class AsyncSearchClient:
         *,
         base_url: str | None = None,
         base_id: str | None = None,
-        timeout: Timeout | float | None = None,
+        timeout: Timeout | float | NotGiven | None = NOT_GIVEN,
         max_retries: int = 2,
         max_connections: int = 100,
         session: aiohttp.ClientSession | None = None,
@@ -465,7 +468,7 @@ class AsyncSearchClient:
         api_key: str | _Secret,
         base_url: object,
         base_id: object,
-        timeout: Timeout | float | None,
+        timeout: Timeout | float | NotGiven | None,
         max_retries: object,
         headers: Mapping[str, str] | None,
         ssl: object,
@@ -522,11 +525,14 @@ class AsyncSearchClient:
     async def aclose(self) -> None:
         """Close the client. The pool closes with the client that made it, not with its copies.
 
-        Calling it twice is fine; using the client afterwards raises ``ClientClosedError``.
+        Calling it twice is fine; using the client afterwards raises ``ClientClosedError``. It
+        must run in the event loop the client was first used in (the pool's connections belong
+        to it): from another one it raises ``ClientClosedError`` and closes nothing.
         """
-        self._closed = True
         if self._owns_transport:
+            # Raises ClientClosedError, closing nothing, from another event loop.
             await self._shared.transport.aclose()
+        self._closed = True
 
     @property
     def is_closed(self) -> bool:
@@ -555,8 +561,8 @@ class AsyncSearchClient:
     ) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
-        ``base_id=None`` clears the base; an option not given keeps its value. Closing the
-        returned client does not close the shared pool.
+        ``base_id=None`` clears the base and ``timeout=None`` turns time limits off; an option
+        not given keeps its value. Closing the returned client does not close the shared pool.
         """
         self._check_open()
         old = self._options

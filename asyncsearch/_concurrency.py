@@ -85,6 +85,17 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _require_asyncio() -> None:
+    """Raise ``ConfigurationError`` unless an asyncio event loop runs (not under trio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigurationError(
+            "asyncsearch runs on asyncio only, and no asyncio event loop is running here; under "
+            "anyio use anyio.run(..., backend='asyncio'); trio is not supported"
+        ) from None
+
+
 def _cancel_from_finaliser(task: asyncio.Task[Any]) -> None:
     """Cancel a task from ``__del__``, which may run on any thread and after the loop closed."""
     if task.done():
@@ -503,6 +514,7 @@ class FanOut(AsyncClosing, Generic[T, R]):
             self._running = False
 
     def _start(self) -> _FanOutRun[T, R]:
+        _require_asyncio()  # before any coroutine is made, so none is left never awaited
         run = _FanOutRun(
             self._func,
             self._items,
@@ -1090,6 +1102,7 @@ class Pager(AsyncClosing, Generic[Y]):
         return task.result()
 
     def _spawn(self, page_no: int) -> asyncio.Task[Any]:
+        _require_asyncio()  # before the coroutine is made, so it is not left never awaited
         task = asyncio.create_task(_fetch_one(self._fetch_page, page_no))
         task.add_done_callback(_retrieve)
         return task

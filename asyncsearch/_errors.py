@@ -5,6 +5,8 @@
     AsyncSearchError                    base; ``.attempts`` once requests were made
     ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
     │   └── APITimeoutError             connect, read or total timeout of an attempt
+    │       └── PoolTimeoutError        no free pooled connection within ``Timeout.pool``
+    │                                   (never retried)
     ├── APIStatusError                  the service answered with a non-2xx status
     │   ├── BadRequestError             400
     │   ├── AuthenticationError         401
@@ -45,6 +47,7 @@ __all__ = [
     "InvalidRequestError",
     "NotFoundError",
     "PermissionDeniedError",
+    "PoolTimeoutError",
     "RateLimitError",
     "ResponseTooLargeError",
     "ResponseValidationError",
@@ -99,6 +102,23 @@ class APITimeoutError(APIConnectionError):
 
     def __init__(self, message: str = "request timed out", *, attempts: int | None = None) -> None:
         super().__init__(message, attempts=attempts, retryable=True)
+
+
+class PoolTimeoutError(APITimeoutError):
+    """No connection of the client's pool became free within ``Timeout.pool``.
+
+    The request was never sent. The wait is the client's own congestion (more calls at once than
+    ``max_connections``), not the server's, so it is never retried and costs no retry budget.
+    """
+
+    def __init__(
+        self,
+        message: str = "timed out waiting for a free connection",
+        *,
+        attempts: int | None = None,
+    ) -> None:
+        super().__init__(message, attempts=attempts)
+        self.retryable = False
 
 
 class APIStatusError(AsyncSearchError):

@@ -1,10 +1,13 @@
 """The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
 
-One attempt means: send the request, follow same-origin redirects (never carrying the key
-anywhere else), read the whole body under ``max_response_bytes`` (decompressing it here, in
-bounded steps, so a gzip bomb cannot blow up memory), and hand back a ``Response`` value. Every
-aiohttp and OS error becomes an asyncsearch error in ``_translate``, with any request headers
-scrubbed from what it carries.
+One attempt means: take a free connection slot of the pool (waiting at most ``Timeout.pool``),
+send the request, follow same-origin redirects (never carrying the key anywhere else), read the
+whole body under ``max_response_bytes`` (decompressing it here, in bounded steps, so a gzip bomb
+cannot blow up memory), and hand back a ``Response`` value. Every aiohttp and OS error becomes an
+asyncsearch error in ``_translate``, with any request headers scrubbed from what it carries.
+
+This module is asyncio through and through (aiohttp runs on nothing else), so it uses asyncio's
+own primitives and imports no anyio.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import ssl as ssl_module
 import sys
 import time
 import zlib
+from collections import deque
 from collections.abc import Mapping
 
 import aiohttp
 import yarl
+from aiohttp import http_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._config import Timeout
@@ -26,6 +31,8 @@ from ._errors import (
     APITimeoutError,
     AsyncSearchError,
     ClientClosedError,
+    ConfigurationError,
+    PoolTimeoutError,
     ResponseTooLargeError,
     ResponseValidationError,
 )
@@ -42,6 +49,70 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
 #: How much of an error body is kept: enough for any message, small enough to never matter.
 _ERROR_BODY_LIMIT = 64 * 1024
+#: The Content-Encodings an inflating aiohttp session decodes itself (aiohttp's own list, matched
+#: as it matches it: ASCII, case-insensitive, not stripped). Any other value reaches us as sent.
+_SESSION_INFLATES = frozenset({"gzip", "deflate", "br", "zstd"})
+
+
+class _NeverRaised(Exception):
+    """Stands in for an aiohttp error that an older aiohttp does not have."""
+
+
+#: aiohttp 3.13+ refuses, in a session that inflates, to inflate one chunk past its own limit.
+_SessionInflateLimitError: type[Exception] = getattr(
+    http_exceptions, "DecompressSizeError", _NeverRaised
+)
+_ASYNCIO_ONLY = (
+    "asyncsearch runs on asyncio only, and no asyncio event loop is running here; "
+    "under anyio use anyio.run(..., backend='asyncio'); trio is not supported"
+)
+
+
+class _PoolSlots:
+    """The free connections of the client's pool: a counter, and callers waiting in line.
+
+    Waiting for a slot happens here, not inside aiohttp, so that ``Timeout.pool`` bounds it and
+    ``total`` starts only once the attempt has a connection. A plain counter instead of an
+    ``asyncio.Semaphore``: taking a free slot is a synchronous call, with nothing allocated on a
+    request's path unless it has to wait.
+    """
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        """Take a slot when one is free and nobody is waiting in line (first come, first served)."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait in line for a slot; it is handed over directly by ``give_back``."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # Handed a slot in the same turn as the cancellation: pass it on.
+                self.give_back()
+            else:
+                waiter.cancel()
+            raise
+
+    def give_back(self) -> None:
+        """Return a slot: to the first caller still waiting, else to the free count."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class Transport:
@@ -63,6 +134,9 @@ class Transport:
         self._trust_env = trust_env
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        # The pool's slots when this transport owns the session; a caller's session has its own
+        # pool (and aiohttp counts waiting for it against ``total``).
+        self._slots: _PoolSlots | None = None
 
     @property
     def closed(self) -> bool:
@@ -72,15 +146,10 @@ class Transport:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-        elif loop is not self._loop:
-            raise ClientClosedError(
-                "the client is used from another event loop than the one it was first used in; "
-                "create one client per event loop"
-            )
+        self._check_loop()
         if self._session is None:
+            self._slots = _PoolSlots(self._max_connections)
+            # The same limit as the slots, which are taken first: aiohttp never has to queue.
             connector = aiohttp.TCPConnector(limit=self._max_connections)
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -97,11 +166,37 @@ class Transport:
             raise ClientClosedError("the aiohttp session passed to the client is closed")
         return self._session
 
+    def _check_loop(self) -> None:
+        """Refuse an event loop other than the first one used (its sockets belong to that one)."""
+        loop = _running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise ClientClosedError(
+                "the client is used from another event loop than the one it was first used in; "
+                "create one client per event loop"
+            )
+
     async def aclose(self) -> None:
-        """Close the session if this transport created it; further sends raise."""
+        """Close the session if this transport created it; further sends raise.
+
+        From another event loop than the one the session was made in, raises
+        ``ClientClosedError`` and changes nothing: the session's connections belong to that loop
+        and can only be closed from it.
+        """
+        session = self._session
+        owned_open = session is not None and self._owns_session and not session.closed
+        if owned_open and _running_loop() is not self._loop:
+            gone = self._loop is not None and self._loop.is_closed()
+            raise ClientClosedError(
+                "aclose() was called from another event loop than the one the client was first "
+                "used in; close the client from that loop, before it ends"
+                + (" (it has ended, so its connections could not be closed)" if gone else "")
+            )
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None and self._owns_session and not session.closed:
+        self._session = None
+        if owned_open:
+            assert session is not None
             await session.close()
 
     async def send(
@@ -124,6 +219,11 @@ class Transport:
         and ``ClientClosedError`` when the client is (or gets) closed.
         """
         session = self._get_session()
+        slots = self._slots
+        if slots is not None and not slots.try_take():
+            await self._wait_for_slot(slots, timeout.pool)
+        # Only now, with a connection slot, do ``total`` (aiohttp's timer, armed by
+        # session.request) and ``elapsed`` start.
         decompress_here = not session.auto_decompress
         client_timeout = aiohttp.ClientTimeout(
             total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
@@ -157,13 +257,8 @@ class Transport:
                     if 200 <= resp.status < 300:
                         content = await _read_body(resp, max_response_bytes, decompress_here)
                     else:
-                        # An error body only feeds the error's message: a huge one (a proxy's
-                        # HTML page) is cut, so the status still decides, and a 5xx is retried.
-                        content = await _read_body(
-                            resp,
-                            min(max_response_bytes, _ERROR_BODY_LIMIT),
-                            decompress_here,
-                            cut=True,
+                        content = await _read_error_body(
+                            resp, min(max_response_bytes, _ERROR_BODY_LIMIT), decompress_here
                         )
                     return Response(
                         status=resp.status,
@@ -187,6 +282,43 @@ class Transport:
                     "the client was closed while the request was in flight"
                 ) from None
             raise _translate(exc, secret) from exc
+        finally:
+            if slots is not None:
+                slots.give_back()
+
+    async def _wait_for_slot(self, slots: _PoolSlots, limit: float | None) -> None:
+        try:
+            async with asyncio.timeout(limit):
+                await slots.wait()
+        except TimeoutError:
+            if self.closed:
+                raise ClientClosedError("the client was closed while the request waited") from None
+            raise PoolTimeoutError(
+                f"no connection of the pool (max_connections={self._max_connections}) became "
+                f"free within Timeout.pool={limit:g}s; the request was not sent. Send fewer "
+                "requests at once, or raise max_connections or Timeout.pool"
+            ) from None
+
+
+async def _read_error_body(
+    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool
+) -> bytes:
+    """The first ``limit`` bytes of an error body, or ``b""`` when it cannot be decoded.
+
+    An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut, and
+    one in an unknown or corrupt encoding is dropped, so the status still decides (a 5xx is still
+    retried). A connection that fails while the body is read is still a connection error.
+    """
+    try:
+        return await _read_body(resp, limit, decompress_here, cut=True)
+    except AsyncSearchError:
+        # Raised by the decoding in _read_body itself: only the message is lost.
+        return b""
+    except aiohttp.ClientPayloadError as exc:
+        if isinstance(exc.__cause__, http_exceptions.ContentEncodingError):
+            # The caller's inflating session could not decode it.
+            return b""
+        raise
 
 
 async def _read_body(
@@ -194,28 +326,29 @@ async def _read_body(
 ) -> bytes:
     """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
 
-    With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned.
+    With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned. When the
+    session inflates bodies itself (a caller's session, aiohttp's default), the bytes it hands
+    over are counted instead, and a Content-Length (of the compressed bytes) decides nothing.
     """
-    encoding = resp.headers.get("Content-Encoding", "").strip().lower() if decompress_here else ""
+    sent = resp.headers.get("Content-Encoding", "")
+    encoding = sent.strip().lower()
+    decompressor = None
     if encoding in ("", "identity"):
-        decompressor = None
         declared = resp.content_length
-        sent_encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
-        if declared is not None and declared <= limit and sent_encoding == "identity":
-            # aiohttp ends the payload at Content-Length, so this one read is bounded too (not
-            # so when a caller's session inflates the body: that goes through the loop below).
-            return await resp.read()
-        if declared is not None and not cut:
-            raise _too_large(limit)
+        if declared is not None:
+            if declared <= limit:
+                # aiohttp ends the payload at Content-Length, so this one read is bounded too.
+                return await resp.read()
+            if not cut:
+                raise _too_large(limit)
+    elif not decompress_here:
+        if not (sent.isascii() and sent.lower() in _SESSION_INFLATES):
+            raise _unsupported_encoding(encoding)
     elif encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.
         decompressor = zlib.decompressobj(32 + zlib.MAX_WBITS)
     else:
-        raise ResponseValidationError(
-            f"the response uses an unsupported Content-Encoding {encoding!r}",
-            path=None,
-            body=b"",
-        )
+        raise _unsupported_encoding(encoding)
     parts: list[bytes] = []
     size = 0
 
@@ -234,28 +367,37 @@ async def _read_body(
 
     raw_deflate_tried = False
     received = 0
-    async for chunk in resp.content.iter_chunked(_CHUNK):
-        if decompressor is None:
-            if full(chunk):
-                return b"".join(parts)
-            continue
-        received += len(chunk)
-        data = chunk
-        while data:
-            try:
-                out = decompressor.decompress(data, limit - size + 1)
-            except zlib.error:
-                if encoding == "deflate" and not raw_deflate_tried and size == 0:
-                    # Some servers send raw deflate without the zlib header.
-                    raw_deflate_tried = True
-                    decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
-                    continue
-                raise APIConnectionError(
-                    f"the response body is not valid {encoding} data", retryable=True
-                ) from None
-            if full(out):
-                return b"".join(parts)
-            data = decompressor.unconsumed_tail
+    try:
+        async for chunk in resp.content.iter_chunked(_CHUNK):
+            if decompressor is None:
+                if full(chunk):
+                    return b"".join(parts)
+                continue
+            received += len(chunk)
+            data = chunk
+            while data:
+                try:
+                    out = decompressor.decompress(data, limit - size + 1)
+                except zlib.error:
+                    if encoding == "deflate" and not raw_deflate_tried and size == 0:
+                        # Some servers send raw deflate without the zlib header.
+                        raw_deflate_tried = True
+                        decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
+                        continue
+                    raise APIConnectionError(
+                        f"the response body is not valid {encoding} data", retryable=True
+                    ) from None
+                if full(out):
+                    return b"".join(parts)
+                data = decompressor.unconsumed_tail
+    except aiohttp.ClientPayloadError as exc:
+        if isinstance(exc.__cause__, _SessionInflateLimitError):
+            # A bomb that the caller's session stopped first: too large, not a broken connection.
+            raise ResponseTooLargeError(
+                f"the response body inflates past the session's own limit ({exc.__cause__})",
+                limit=limit,
+            ) from None
+        raise
     if decompressor is not None:
         if full(decompressor.flush()):
             return b"".join(parts)
@@ -265,6 +407,20 @@ async def _read_body(
                 f"the response body ended before its {encoding} data did", retryable=True
             )
     return b"".join(parts)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        # Under trio (or with no event loop at all): say so instead of a bare RuntimeError.
+        raise ConfigurationError(_ASYNCIO_ONLY) from None
+
+
+def _unsupported_encoding(encoding: str) -> ResponseValidationError:
+    return ResponseValidationError(
+        f"the response uses an unsupported Content-Encoding {encoding!r}", path=None, body=b""
+    )
 
 
 def _too_large(limit: int) -> ResponseTooLargeError:

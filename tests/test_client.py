@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import logging
@@ -379,14 +380,45 @@ async def test_total_timeout_as_a_number(serve: Serve) -> None:
 def test_default_timeout_is_finite() -> None:
     default = Timeout()
     assert all(
-        v is not None and 0 < v < 1000 for v in (default.connect, default.read, default.total)
+        v is not None and 0 < v < 1000
+        for v in (default.connect, default.read, default.total, default.pool)
     )
-    assert Timeout.coerce(None) == default
-    assert Timeout.coerce(5) == Timeout(connect=5, read=5, total=5)
+    assert Timeout.coerce(asyncsearch.NOT_GIVEN) == default
+    assert Timeout.coerce(5) == Timeout(connect=5, read=5, total=5, pool=5)
     with pytest.raises(ConfigurationError):
         Timeout(read=-1)
     with pytest.raises(ConfigurationError):
         Timeout(total=float("inf"))
+    with pytest.raises(ConfigurationError):
+        Timeout(pool=0)
+
+
+def test_timeout_none_turns_every_limit_off_and_not_given_keeps_the_default() -> None:
+    off = Timeout(connect=None, read=None, total=None, pool=None)
+    assert Timeout.coerce(None) == off
+    assert make_client_options() == Timeout()
+    assert make_client_options(timeout=None) == off
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", timeout=3)
+    assert client.with_options(timeout=None)._options.timeout == off
+    assert client.with_options(max_retries=0)._options.timeout == Timeout.coerce(3)
+    # A Timeout keeps the per-phase limits the caller set, with no total.
+    phases = Timeout(connect=2, read=4, total=None, pool=None)
+    assert client.with_options(timeout=phases)._options.timeout == phases
+
+
+def make_client_options(**options: Any) -> Timeout:
+    return AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", **options)._options.timeout
+
+
+def test_the_cli_without_timeout_keeps_the_default_and_with_one_uses_it() -> None:
+    from asyncsearch._cli import build_parser
+    from asyncsearch._cli._run import Context, Runtime
+
+    common = ["extract", JOB_ID, "--api-key", API_KEY, "--base-url", "http://127.0.0.1:9"]
+    default = Context(build_parser().parse_args(common), Runtime({})).client()
+    assert default._options.timeout == Timeout()
+    given = Context(build_parser().parse_args([*common, "--timeout", "5"]), Runtime({})).client()
+    assert given._options.timeout == Timeout.coerce(5.0)
 
 
 @pytest.mark.parametrize(
@@ -428,8 +460,11 @@ async def test_response_too_large_plain_and_gzip_bomb(serve: Serve) -> None:
     assert len(server.seen) == 2
 
 
+@pytest.mark.parametrize("inflating_session", [False, True], ids=["sdk-session", "callers-session"])
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
-async def test_compressed_bodies_are_decoded(serve: Serve, encoding: str) -> None:
+async def test_compressed_bodies_are_decoded(
+    serve: Serve, encoding: str, inflating_session: bool
+) -> None:
     payload = sample("extraction_job.json")
     if encoding == "gzip":
         data = gzip.compress(payload)
@@ -442,12 +477,18 @@ async def test_compressed_bodies_are_decoded(serve: Serve, encoding: str) -> Non
     async def handler(request: web.Request) -> web.StreamResponse:
         assert "gzip" in request.headers["Accept-Encoding"]
         header = "deflate" if encoding == "raw-deflate" else encoding
+        # web.Response sends a Content-Length: that of the compressed bytes.
         return web.Response(
             body=data, headers={"Content-Encoding": header, "Content-Type": "application/json"}
         )
 
     server = await serve(handler)
-    async with make_client(server) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        options: dict[str, Any] = {}
+        if inflating_session:
+            # aiohttp's default, auto_decompress=True: the session inflates bodies itself.
+            options["session"] = await stack.enter_async_context(aiohttp.ClientSession())
+        client = await stack.enter_async_context(make_client(server, **options))
         job = await client.get_extraction(JOB_ID)
     assert job.id == JOB_ID
 
@@ -656,27 +697,32 @@ def test_use_from_another_event_loop_is_a_clear_error() -> None:
     async def second() -> None:
         with pytest.raises(ClientClosedError, match="another event loop"):
             await client.get_extraction(JOB_ID)
-        # The session belongs to the first loop; closing it from here must not hang.
+        # Closing from here is refused too (the session's sockets belong to the first loop),
+        # and it must not hang.
+        with pytest.raises(ClientClosedError, match="another event loop"):
+            await client.aclose()
+        assert not client.is_closed
 
-    asyncio.run(first())
-    result: list[BaseException] = []
+    first_loop = asyncio.new_event_loop()
+    try:
+        first_loop.run_until_complete(first())
+        result: list[BaseException] = []
 
-    def run_second() -> None:
-        try:
-            asyncio.run(second())
-        except BaseException as exc:  # pragma: no cover - reported below
-            result.append(exc)
+        def run_second() -> None:
+            try:
+                asyncio.run(second())
+            except BaseException as exc:  # pragma: no cover - reported below
+                result.append(exc)
 
-    thread = threading.Thread(target=run_second)
-    thread.start()
-    thread.join(10)
-    assert result == []
-    asyncio.run(_close_on_any_loop(client))
-
-
-async def _close_on_any_loop(client: AsyncSearchClient) -> None:
-    # The first loop is gone; closing must still release the connector without warnings.
-    await client.aclose()
+        thread = threading.Thread(target=run_second)
+        thread.start()
+        thread.join(10)
+        assert result == []
+        # The loop the client belongs to closes it, without warnings.
+        first_loop.run_until_complete(client.aclose())
+        assert client.is_closed
+    finally:
+        first_loop.close()
 
 
 # -- logging ---------------------------------------------------------------------------------------
@@ -803,18 +849,40 @@ async def test_a_huge_error_body_is_cut_and_the_status_still_decides(
     assert len(info.value.body) <= 4096
 
 
-async def test_size_cap_holds_with_a_callers_inflating_session(serve: Serve) -> None:
-    bomb = gzip.compress(b" " * (8 * 1024 * 1024))
+@pytest.mark.parametrize("inflating_session", [False, True], ids=["sdk-session", "callers-session"])
+async def test_size_cap_counts_inflated_bytes_with_either_session(
+    serve: Serve, inflating_session: bool
+) -> None:
+    """The cap is on the inflated body: a gzip body with a (compressed) Content-Length far below
+    the cap passes up to the cap's last byte and fails one byte past it, and a bomb fails."""
+    limit = 1024 * 1024
+    bodies = {
+        "at-cap": gzip.compress(b" " * limit),
+        "past-cap": gzip.compress(b" " * (limit + 1)),
+        "bomb": gzip.compress(b" " * (64 * limit)),
+    }
+    assert all(len(body) < limit // 10 for body in bodies.values())
 
     async def handler(request: web.Request) -> web.StreamResponse:
+        kind = request.query["url"].rsplit("/", 1)[1]
         return web.Response(
-            body=bomb, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+            body=bodies[kind],
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
         )
 
     server = await serve(handler)
-    async with (
-        aiohttp.ClientSession() as session,  # aiohttp inflates bodies by default
-        make_client(server, session=session, max_response_bytes=1024 * 1024) as client,
-    ):
-        with pytest.raises(ResponseTooLargeError):
-            await client.get_extraction(JOB_ID)
+    async with contextlib.AsyncExitStack() as stack:
+        options: dict[str, Any] = {}
+        if inflating_session:
+            # aiohttp's default, auto_decompress=True: the session inflates bodies itself.
+            options["session"] = await stack.enter_async_context(aiohttp.ClientSession())
+        client = await stack.enter_async_context(
+            make_client(server, max_response_bytes=limit, max_retries=0, **options)
+        )
+        at_cap = await client.with_raw_response.link_preview("https://example.com/at-cap")
+        assert at_cap.content == b" " * limit
+        for kind in ("past-cap", "bomb"):
+            with pytest.raises(ResponseTooLargeError) as info:
+                await client.with_raw_response.link_preview(f"https://example.com/{kind}")
+            assert info.value.limit == limit
+    assert len(server.seen) == 3

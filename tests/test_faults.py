@@ -324,8 +324,8 @@ def test_aiohttp_connect_timeout_maps_to_a_timeout_error() -> None:
 def test_the_default_timeout_bounds_every_phase() -> None:
     client = AsyncSearchClient(API_KEY, base_url="https://api.example.com")
     timeout = client._options.timeout
-    assert timeout == Timeout(connect=10.0, read=60.0, total=180.0)
-    for value in (timeout.connect, timeout.read, timeout.total):
+    assert timeout == Timeout(connect=10.0, read=60.0, total=180.0, pool=180.0)
+    for value in (timeout.connect, timeout.read, timeout.total, timeout.pool):
         assert value is not None
         assert 0 < value < float("inf")
 

@@ -38,6 +38,7 @@ def test_all_is_complete() -> None:
 
 def test_error_tree() -> None:
     assert issubclass(asyncsearch.APITimeoutError, asyncsearch.APIConnectionError)
+    assert issubclass(asyncsearch.PoolTimeoutError, asyncsearch.APITimeoutError)
     for status_error in (
         asyncsearch.BadRequestError,
         asyncsearch.AuthenticationError,

@@ -327,12 +327,16 @@ async def test_the_connect_limit_alone_ends_a_connect_that_hangs() -> None:
 
 def test_the_default_timeout_is_finite_on_every_client() -> None:
     client = make_client("https://api.example.com")
-    for derived in (client, client.with_options(timeout=None), client.with_options(base_id="b")):
+    for derived in (client, client.with_options(max_retries=0), client.with_options(base_id="b")):
         timeout = derived._options.timeout
         assert timeout.connect is not None
         assert timeout.read is not None
         assert timeout.total is not None
-        assert max(timeout.connect, timeout.read, timeout.total) <= 180
+        assert timeout.pool is not None
+        assert max(timeout.connect, timeout.read, timeout.total, timeout.pool) <= 180
+    # Only an explicit timeout=None turns the limits off (as in httpx and openai-python).
+    off = client.with_options(timeout=None)._options.timeout
+    assert off == Timeout(connect=None, read=None, total=None, pool=None)
 
 
 # -- the key never leaks -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncsearch import (
+    NOT_GIVEN,
     APIConnectionError,
     AsyncSearchClient,
     AsyncSearchError,
@@ -152,12 +153,14 @@ class Context:
                 EXIT_USAGE,
             )
         max_retries = getattr(args, "max_retries", None)
+        timeout = getattr(args, "timeout", None)
         return AsyncSearchClient(
             api_key=key,
             base_url=base_url,
             base_id=getattr(args, "base_id", None),
             allow_http=bool(getattr(args, "allow_http", False)),
-            timeout=getattr(args, "timeout", None),
+            # No --timeout keeps the library's default (None would turn every limit off).
+            timeout=NOT_GIVEN if timeout is None else timeout,
             max_retries=2 if max_retries is None else max_retries,
         )
 

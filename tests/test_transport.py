@@ -1,0 +1,279 @@
+"""The transport over real loopback sockets: the pool's own wait, error bodies, event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+from aiohttp import web
+
+from asyncsearch import (
+    APITimeoutError,
+    AsyncSearchClient,
+    ClientClosedError,
+    ConfigurationError,
+    InternalServerError,
+    NotFoundError,
+    PoolTimeoutError,
+    RetryBudget,
+    Timeout,
+    _client,
+)
+from asyncsearch._transport import _PoolSlots
+
+from .conftest import API_KEY, JOB_ID, Handler, Server
+from .helpers import ThreadedServer
+
+Serve = Callable[[Handler], Awaitable[Server]]
+JOB_BODY = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(autouse=True)
+def backoff_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Backoff sleeps are recorded and skipped: a retry shows up here."""
+    delays: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    return delays
+
+
+def job_answer() -> web.Response:
+    return web.Response(body=JOB_BODY, content_type="application/json")
+
+
+# -- waiting for a pooled connection ---------------------------------------------------------------
+
+
+async def test_no_free_connection_within_pool_is_a_pool_timeout_never_sent_retried_or_charged(
+    serve: Serve, backoff_sleeps: list[float]
+) -> None:
+    arrived = 0
+    pool_full = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            pool_full.set()
+        await release.wait()
+        return job_answer()
+
+    server = await serve(handler)
+    budget = RetryBudget()
+    try:
+        async with AsyncSearchClient(
+            API_KEY,
+            base_url=server.base_url,
+            max_connections=2,
+            retry_budget=budget,
+            timeout=Timeout(pool=0.05),
+        ) as client:
+            held = [asyncio.create_task(client.get_extraction(JOB_ID)) for _ in range(2)]
+            await pool_full.wait()  # both connections are in use until the test says so
+            with pytest.raises(PoolTimeoutError) as info:
+                await client.get_extraction(JOB_ID)
+            assert isinstance(info.value, APITimeoutError)
+            assert not info.value.retryable
+            assert info.value.attempts == 1
+            assert "pool" in str(info.value)
+            assert "total timeout" not in str(info.value)
+            assert len(server.seen) == 2  # never sent
+            assert backoff_sleeps == []  # never retried
+            assert budget.tokens == budget.capacity  # never charged
+            release.set()
+            jobs = await asyncio.gather(*held)
+            # The slot the timed-out call waited for was not lost: both connections still serve.
+            jobs += await asyncio.gather(*(client.get_extraction(JOB_ID) for _ in range(2)))
+    finally:
+        release.set()
+    assert [job.id for job in jobs] == [JOB_ID] * 4
+    assert len(server.seen) == 4
+
+
+async def test_waiting_for_the_pool_does_not_count_against_total(
+    serve: Serve, backoff_sleeps: list[float]
+) -> None:
+    first_in = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if not first_in.is_set():
+            first_in.set()
+            await release.wait()
+        return job_answer()
+
+    server = await serve(handler)
+    budget = RetryBudget()
+    total = 1.0
+    try:
+        async with AsyncSearchClient(
+            API_KEY,
+            base_url=server.base_url,
+            max_connections=1,
+            max_retries=0,
+            retry_budget=budget,
+            timeout=Timeout(total=total, pool=None),
+        ) as client:
+            holder = asyncio.create_task(
+                client.with_options(timeout=Timeout(total=None)).get_extraction(JOB_ID)
+            )
+            await first_in.wait()  # the only connection is taken until the test releases it
+            queued = [asyncio.create_task(client.get_extraction(JOB_ID)) for _ in range(3)]
+            # Not a race: the queued calls cannot get a connection before `release`, so they all
+            # wait longer than their whole total. Waiting is not the server's fault.
+            await asyncio.sleep(total * 1.5)
+            assert not any(task.done() for task in queued)
+            release.set()
+            jobs = await asyncio.gather(holder, *queued)
+    finally:
+        release.set()
+    assert [job.id for job in jobs] == [JOB_ID] * 4
+    assert len(server.seen) == 4  # each call sent exactly once
+    assert backoff_sleeps == []
+    assert budget.tokens == budget.capacity
+
+
+async def test_pool_slots_go_in_order_and_a_cancelled_waiter_passes_its_slot_on() -> None:
+    slots = _PoolSlots(1)
+    assert slots.try_take()
+    assert not slots.try_take()
+    order: list[str] = []
+
+    async def wait(name: str) -> None:
+        await slots.wait()
+        order.append(name)
+
+    first = asyncio.create_task(wait("first"))
+    second = asyncio.create_task(wait("second"))
+    await asyncio.sleep(0)  # both are in line now
+    assert not slots.try_take()  # a newcomer does not jump the line
+    slots.give_back()  # handed to `first`...
+    first.cancel()  # ...which is cancelled before it runs again: the slot goes to `second`
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await second
+    assert order == ["second"]
+    assert not slots.try_take()
+    slots.give_back()
+    assert slots.try_take()
+
+
+# -- error bodies that cannot be decoded -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("inflating_session", "encoding", "body"),
+    [
+        (False, "br", b"\x8b\x02\x80not really brotli"),
+        (False, "x-unknown", b"whatever"),
+        (False, "gzip", b"this is not gzip data"),
+        (True, "gzip", b"this is not gzip data"),
+        (True, "x-unknown", b"whatever"),
+    ],
+    ids=["sdk-br", "sdk-unknown", "sdk-corrupt-gzip", "callers-corrupt-gzip", "callers-unknown"],
+)
+async def test_an_undecodable_error_body_keeps_the_status_and_only_loses_its_message(
+    serve: Serve, inflating_session: bool, encoding: str, body: bytes
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        status = 404 if "webhook-logs" in request.path else 503
+        return web.Response(status=status, body=body, headers={"Content-Encoding": encoding})
+
+    server = await serve(handler)
+    async with contextlib.AsyncExitStack() as stack:
+        options: dict[str, Any] = {}
+        if inflating_session:
+            options["session"] = await stack.enter_async_context(aiohttp.ClientSession())
+        client = await stack.enter_async_context(
+            AsyncSearchClient(API_KEY, base_url=server.base_url, **options)
+        )
+        with pytest.raises(InternalServerError) as retried:
+            await client.get_extraction(JOB_ID)
+        with pytest.raises(NotFoundError) as final:
+            await client.list_webhook_logs(JOB_ID)
+    assert retried.value.status_code == 503
+    assert retried.value.attempts == 3  # a 503 is retried as always
+    assert final.value.attempts == 1
+    for error in (retried.value, final.value):
+        assert error.body is None
+    assert len(server.seen) == 4
+
+
+# -- event loops -----------------------------------------------------------------------------------
+
+
+def test_aclose_from_another_event_loop_raises_and_closes_nothing() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return job_answer()
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    with ThreadedServer(app) as server:
+        client = AsyncSearchClient(API_KEY, base_url=server.base_url)
+        first = asyncio.new_event_loop()
+        try:
+            job = first.run_until_complete(client.get_extraction(JOB_ID))
+            assert job.id == JOB_ID
+            session = client._shared.transport._session
+            assert session is not None
+            assert session.connector is not None
+            pooled = [proto for conns in session.connector._conns.values() for proto, _ in conns]
+            assert len(pooled) == 1
+            assert pooled[0].transport is not None
+            socket_transport = pooled[0].transport
+
+            async def close_here() -> None:
+                await client.aclose()
+
+            with pytest.raises(ClientClosedError, match="another event loop"):
+                asyncio.run(close_here())
+            assert not client.is_closed
+            assert not socket_transport.is_closing()
+            # Closing from the loop it belongs to still works, and closes the socket.
+            first.run_until_complete(close_here())
+            assert client.is_closed
+            assert socket_transport.is_closing()
+            assert session.closed
+            first.run_until_complete(asyncio.sleep(0))  # let the socket's close run
+        finally:
+            first.close()
+
+
+def test_under_trio_every_entry_point_says_asyncio_only() -> None:
+    async def main() -> list[BaseException]:
+        client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", max_retries=0)
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: client.get_extraction(JOB_ID),
+            lambda: client.wait_for_extraction(JOB_ID, timeout=5),
+            lambda: client.search_pages("x").__anext__(),
+            lambda: client.search_hits("x", prefetch=False).__anext__(),
+            lambda: client.iter_extractions([JOB_ID]).__anext__(),
+            lambda: client.gather_extractions([JOB_ID]),
+        ]
+        errors: list[BaseException] = []
+        for call in calls:
+            try:
+                await call()
+            except BaseException as exc:
+                errors.append(exc)
+        await client.aclose()
+        return errors
+
+    errors = anyio.run(main, backend="trio")
+    assert len(errors) == 6
+    for error in errors:
+        assert isinstance(error, ConfigurationError), repr(error)
+        assert "asyncio only" in str(error)
