@@ -215,8 +215,9 @@ class Transport:
         """Send one attempt and return the final response, body read in full.
 
         Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
-        ``ResponseTooLargeError`` past the size cap, ``APIStatusError`` for a redirect loop,
-        and ``ClientClosedError`` when the client is (or gets) closed.
+        ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
+        was sent), ``ResponseTooLargeError`` past the size cap, ``APIStatusError`` for a redirect
+        loop, and ``ClientClosedError`` when the client is (or gets) closed.
         """
         session = self._get_session()
         slots = self._slots
