@@ -778,28 +778,36 @@ def is_retryable_status(status: int) -> bool:
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """The delay in seconds the server asked for, or ``None`` when it gave none that makes sense.
 
-    Reads ``retry-after-ms`` first, then ``Retry-After`` as seconds or as an HTTP date. A negative
-    value or a date in the past means "now" (0); ``inf``, ``nan`` and garbage are ignored.
+    Reads ``retry-after-ms`` first, then ``Retry-After`` as seconds or as an HTTP date. Only
+    ASCII counts: seconds are ASCII digits with an optional ASCII decimal part (``3``, ``1.5``),
+    and a date must be all ASCII. ``None`` (the caller's own backoff) for anything else: a
+    negative or signed number, other scripts' digits (``'\u0663'``), ``inf``, ``nan``,
+    exponents, a number past the largest float, and an HTTP date that is not in the future (the
+    server's wait is over, or the clocks disagree: either way it asks for no particular delay).
     """
     raw_ms = _header(headers, "retry-after-ms")
     if raw_ms is not None:
-        seconds = _finite_float(raw_ms)
-        if seconds is not None:
-            return max(seconds / 1000.0, 0.0)
+        millis = _delay_seconds(raw_ms)
+        if millis is not None:
+            return millis / 1000.0
     raw = _header(headers, "retry-after")
     if raw is None:
         return None
-    seconds = _finite_float(raw)
+    seconds = _delay_seconds(raw)
     if seconds is not None:
-        return max(seconds, 0.0)
+        return seconds
+    raw = raw.strip()
+    if not raw.isascii() or not raw:
+        return None
     try:
-        when = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     current = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
-    return max(when.timestamp() - current, 0.0)
+    delay = when.timestamp() - current
+    return delay if delay > 0 else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -812,9 +820,14 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _finite_float(text: str) -> float | None:
+# ASCII only: a str pattern's \d would also take other scripts' digits ('\u0663' is 3 to float()).
+_DELAY_SECONDS_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _delay_seconds(text: str) -> float | None:
+    """A non-negative finite number of ASCII digits (with an optional decimal part), or None."""
     text = text.strip()
-    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", text):
+    if not _DELAY_SECONDS_RE.fullmatch(text):
         return None
     value = float(text)
     return value if math.isfinite(value) else None

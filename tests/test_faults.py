@@ -342,10 +342,14 @@ RETRY_AFTER_SLEPT: dict[str, tuple[Callable[[], str], float, float]] = {
     "seconds": (lambda: "3", 3.0, 3.0),
     "fractional seconds": (lambda: "1.25", 1.25, 1.25),
     "an HTTP date 30 s ahead": (lambda: http_date(30), 28.0, 30.0),
-    "an HTTP date in the past": (lambda: http_date(-3600), 0.0, 0.0),
-    "negative": (lambda: "-5", 0.0, 0.0),
     "zero": (lambda: "0", 0.0, 0.0),
     # Values that make no sense fall back to the backoff, pinned here at its 0.5 s ceiling.
+    "an HTTP date in the past": (lambda: http_date(-3600), 0.5, 0.5),
+    "negative": (lambda: "-5", 0.5, 0.5),
+    "signed": (lambda: "+3", 0.5, 0.5),
+    # Sent as UTF-8 bytes (the helper writes latin-1); float() would read them as 3.
+    "an Arabic-Indic digit": (lambda: "\u0663".encode().decode("latin-1"), 0.5, 0.5),
+    "fullwidth digits": (lambda: "\uff13".encode().decode("latin-1"), 0.5, 0.5),
     "inf": (lambda: "inf", 0.5, 0.5),
     "nan": (lambda: "nan", 0.5, 0.5),
     "garbage": (lambda: "soon, please", 0.5, 0.5),

@@ -450,7 +450,20 @@ NOW = 1_700_000_000.0
         ({"Retry-After": "3"}, 3.0),
         ({"retry-after": "1.5"}, 1.5),
         ({"Retry-After": "0"}, 0.0),
-        ({"Retry-After": "-5"}, 0.0),
+        ({"Retry-After": "-5"}, None),
+        ({"Retry-After": "-0"}, None),
+        ({"Retry-After": "+3"}, None),
+        ({"Retry-After": " 3 "}, 3.0),
+        ({"Retry-After": "3."}, None),
+        ({"Retry-After": ".5"}, None),
+        ({"Retry-After": "\u0663"}, None),  # ARABIC-INDIC DIGIT THREE: float() reads 3.0
+        ({"Retry-After": "\uff13"}, None),  # FULLWIDTH DIGIT THREE
+        ({"Retry-After": "1\u0660"}, None),
+        ({"Retry-After": "1.\u0665"}, None),
+        ({"retry-after-ms": "\u0663\u0660\u0660", "Retry-After": "9"}, 9.0),
+        ({"retry-after-ms": "-250", "Retry-After": "9"}, 9.0),
+        ({"retry-after-ms": "-250"}, None),
+        ({"retry-after-ms": "1.5"}, 0.0015),
         ({"Retry-After": "inf"}, None),
         ({"Retry-After": "nan"}, None),
         ({"Retry-After": "soon"}, None),
@@ -461,7 +474,18 @@ NOW = 1_700_000_000.0
         ({"retry-after-ms": "garbage", "Retry-After": "9"}, 9.0),
         ({}, None),
         ({"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, 30.0),
-        ({"Retry-After": email.utils.formatdate(NOW - 30, usegmt=True)}, 0.0),
+        # A date that is not ahead asks for no particular delay: the client's own backoff.
+        ({"Retry-After": email.utils.formatdate(NOW - 30, usegmt=True)}, None),
+        ({"Retry-After": email.utils.formatdate(NOW, usegmt=True)}, None),
+        # Only ASCII dates: email.utils would read other scripts' digits in the day or year.
+        (
+            {
+                "Retry-After": email.utils.formatdate(NOW + 30, usegmt=True).replace(
+                    "2023", "\u0662\u0660\u0662\u0663"
+                )
+            },
+            None,
+        ),
     ],
 )
 def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:
