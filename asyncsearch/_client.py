@@ -12,6 +12,7 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
+    Collection,
     Coroutine,
     Iterable,
     Iterator,
@@ -344,18 +345,31 @@ def _result_of(
 
 
 class _Numbered:
-    """``(index, job_id)`` pairs of a plain iterable, keeping its length for progress totals."""
+    """``(index, job_id)`` pairs of a sized iterable, keeping its length for progress totals."""
 
     __slots__ = ("_ids",)
 
-    def __init__(self, ids: Iterable[str | uuid.UUID]) -> None:
+    def __init__(self, ids: Collection[str | uuid.UUID]) -> None:
         self._ids = ids
 
     def __iter__(self) -> Iterator[tuple[int, str | uuid.UUID]]:
         return enumerate(self._ids)
 
     def __len__(self) -> int:
-        return len(self._ids)  # type: ignore[arg-type]
+        return len(self._ids)
+
+
+def _check_job_ids(job_ids: object) -> None:
+    """Refuse, before anything is sent, what is not many ids: above all a single id string."""
+    if isinstance(job_ids, str | bytes | bytearray | memoryview | uuid.UUID):
+        raise InvalidRequestError(
+            "job_ids must be an iterable of ids (a list, a set, a generator or an async "
+            f"iterable), not a single {type(job_ids).__name__}: pass [job_id] for one id"
+        )
+    if not isinstance(job_ids, Iterable | AsyncIterable):
+        raise InvalidRequestError(
+            f"job_ids must be an iterable or an async iterable of ids, not {type(job_ids).__name__}"
+        )
 
 
 async def _anumbered(
@@ -1061,8 +1075,13 @@ class AsyncSearchClient:
         fewer are sent and the number grows back as calls succeed, and a ``Retry-After`` pauses
         the whole batch. Results come as completed, or in input order with ``ordered=True``.
         A failed job becomes a result with ``.error``: every id given comes back exactly once per
-        occurrence. ``on_progress(done, total_or_None)`` is called as ids finish.
+        occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
+        ``len(job_ids)`` when it has a length (a list, a tuple, a set) and ``None`` when it has
+        not (a generator, an iterator, an async iterable): ``done`` still counts every id.
+        Raises ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or
+        ``uuid.UUID`` instead of an iterable of them) and bad arguments.
         """
+        _check_job_ids(job_ids)
         outcomes = self._extraction_fan_out(
             job_ids,
             _same,
@@ -1117,13 +1136,22 @@ class AsyncSearchClient:
     ) -> list[ExtractionResult]:
         """Fetch many extraction jobs concurrently and return their results in input order.
 
-        Like ``iter_extractions`` (failed jobs are results with ``.error``, never dropped), but
-        collected into a list: use ``iter_extractions`` for more ids than fit in memory.
+        Like ``iter_extractions`` (any iterable or async iterable of ids; failed jobs are results
+        with ``.error``, never dropped; ``on_progress`` gets ``None`` as the total when
+        ``job_ids`` has no length), but collected into a list: use ``iter_extractions`` for more
+        ids than fit in memory. A single id instead of an iterable raises ``InvalidRequestError``
+        before anything is sent.
         """
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head) and
         # put back in input order at the end, since the whole list is kept anyway.
+        _check_job_ids(job_ids)
         items: Iterable[tuple[int, str | uuid.UUID]] | AsyncIterable[tuple[int, str | uuid.UUID]]
-        items = _anumbered(job_ids) if isinstance(job_ids, AsyncIterable) else _Numbered(job_ids)
+        if isinstance(job_ids, AsyncIterable):
+            items = _anumbered(job_ids)
+        elif isinstance(job_ids, Collection):
+            items = _Numbered(job_ids)  # sized: progress reports a total
+        else:
+            items = enumerate(job_ids)  # a generator or iterator: no total to report
         collected: list[tuple[int, ExtractionResult]] = []
         async with self._extraction_fan_out(
             items,
