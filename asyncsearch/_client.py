@@ -21,7 +21,18 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Self,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -92,6 +103,9 @@ ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
 WAIT_INTERVAL_CAP = 10.0
+#: The ``retry_search`` option: see ``AsyncSearchClient``.
+SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
+_SEARCH_RETRY_POLICIES = ("safe", "always")
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
 
@@ -127,6 +141,7 @@ class _Options:
     max_retry_after: float
     max_redirects: int
     first_page: int
+    retry_search: SearchRetryPolicy
     # Derived once per client instead of once per request.
     headers_without_body: Mapping[str, str] = field(init=False, repr=False)
     headers_with_body: Mapping[str, str] = field(init=False, repr=False)
@@ -416,6 +431,9 @@ class AsyncSearchClient:
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
         first_page: the number of the first page, used by the page iterators.
+        retry_search: "safe" (the default) retries a search that is not ``incognito`` only after
+            failures that show it was not acted on (the connection never opened; a 408, 429 or
+            503 answer), so it never leaves two history entries; "always" retries it like a GET.
 
     Raises ``ConfigurationError`` for a missing key or URL and for invalid options.
     """
@@ -439,6 +457,7 @@ class AsyncSearchClient:
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
         retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
         first_page: int = 1,
+        retry_search: SearchRetryPolicy = "safe",
     ) -> None:
         if api_key is None:
             api_key = os.environ.get(ENV_API_KEY)
@@ -466,6 +485,7 @@ class AsyncSearchClient:
             max_retry_after=max_retry_after,
             max_redirects=max_redirects,
             first_page=first_page,
+            retry_search=retry_search,
         )
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
@@ -488,6 +508,7 @@ class AsyncSearchClient:
         max_retry_after: object,
         max_redirects: object,
         first_page: object,
+        retry_search: object,
     ) -> _Options:
         if not isinstance(allow_http, bool):
             raise ConfigurationError("allow_http must be a bool")
@@ -497,6 +518,10 @@ class AsyncSearchClient:
             base_id = _check_text_option("base_id", base_id)
         if isinstance(first_page, bool) or not isinstance(first_page, int):
             raise ConfigurationError(f"first_page must be an integer, got {first_page!r}")
+        if retry_search not in _SEARCH_RETRY_POLICIES:
+            raise ConfigurationError(
+                f"retry_search must be 'safe' or 'always', got {retry_search!r}"
+            )
         secret = (
             api_key
             if isinstance(api_key, _Secret)
@@ -517,6 +542,7 @@ class AsyncSearchClient:
             max_retry_after=float(_check_number("max_retry_after", max_retry_after, minimum=0)),
             max_redirects=_check_number("max_redirects", max_redirects, minimum=0, integer=True),
             first_page=first_page,
+            retry_search=cast(SearchRetryPolicy, retry_search),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -566,6 +592,7 @@ class AsyncSearchClient:
         max_retry_after: float | NotGiven = NOT_GIVEN,
         max_redirects: int | NotGiven = NOT_GIVEN,
         first_page: int | NotGiven = NOT_GIVEN,
+        retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
     ) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
@@ -589,6 +616,7 @@ class AsyncSearchClient:
                 "max_retry_after": max_retry_after,
                 "max_redirects": max_redirects,
                 "first_page": first_page,
+                "retry_search": retry_search,
             }.items()
             if not isinstance(v, NotGiven)
         }
@@ -626,6 +654,8 @@ class AsyncSearchClient:
         url = opts.base_url + request.target
         path = _LazyPath(url)
         headers = opts.headers_without_body if request.body is None else opts.headers_with_body
+        # May the request be sent again once it may have reached the service? See retry_search.
+        idempotent = request.idempotent or opts.retry_search == "always"
         attempts = 0
         while True:
             attempts += 1
@@ -653,7 +683,9 @@ class AsyncSearchClient:
                     time.monotonic() - started,
                 )
                 timed_out = isinstance(exc, APITimeoutError)
-                if not exc.retryable or not self._may_retry(attempts, after_timeout=timed_out):
+                if not protocol.is_retryable_connection_error(
+                    exc, idempotent=idempotent
+                ) or not self._may_retry(attempts, after_timeout=timed_out):
                     raise
                 delay = self._backoff(attempts)
                 self._log_retry(request, path, attempts, delay, type(exc).__name__)
@@ -693,7 +725,7 @@ class AsyncSearchClient:
                 retry_after=retry_after,
                 reason=_redirect_reason(response),
             )
-            if not protocol.is_retryable_status(status):
+            if not protocol.is_retryable_status(status, idempotent=idempotent):
                 raise error
             if retry_after is not None and retry_after > opts.max_retry_after:
                 logger.info(

@@ -436,6 +436,19 @@ def test_rate_limit_error_carries_retry_after() -> None:
 )
 def test_retryable_statuses(status: int, retry: bool) -> None:
     assert protocol.is_retryable_status(status) is retry
+    # A request that must not run twice is retried only after answers saying it did not run.
+    assert protocol.is_retryable_status(status, idempotent=False) is (status in (408, 429, 503))
+
+
+@pytest.mark.parametrize(("incognito", "idempotent"), [(None, False), (False, False), (True, True)])
+def test_only_an_incognito_search_may_run_twice(incognito: bool | None, idempotent: bool) -> None:
+    request = protocol.search("q", incognito=incognito)
+    assert request.idempotent is idempotent
+    assert protocol.without_embeddings(request).idempotent is idempotent
+    assert protocol.get_extraction(JOB).idempotent
+    assert protocol.link_preview("https://example.com/").idempotent
+    assert protocol.list_webhook_logs(JOB).idempotent
+    assert protocol.get_webhook_log(JOB, JOB).idempotent
 
 
 # -- Retry-After -----------------------------------------------------------------------------------
