@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 import uuid
@@ -152,6 +153,31 @@ async def test_async_iterable_of_ids(serve: Serve) -> None:
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         results = await client.gather_extractions(source())
     assert [r.job_id for r in results] == job_ids(30)
+
+
+async def test_odd_timestamps_never_fail_a_job(serve: Serve) -> None:
+    # ISO 8601 that is not RFC 3339, and text that is no date at all: every job still comes back.
+    odd = ["2024-02-04", "20240204T170251Z", "2024-W05-7", "yesterday", ""]
+    ids = job_ids(len(odd))
+    stamps = dict(zip(ids, odd, strict=True))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job_id = request.path.rsplit("/", 1)[1]
+        body = job_body(job_id)
+        body["createdAt"] = stamps[job_id]
+        return web.json_response(body)
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(ids)
+    assert [r.error for r in results] == [None] * len(odd)
+    created = [r.job.created_at for r in results if r.job is not None]
+    assert created[:3] == [
+        datetime.datetime(2024, 2, 4),
+        datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=datetime.UTC),
+        datetime.datetime(2024, 2, 4),
+    ]
+    assert created[3:] == ["yesterday", ""]
 
 
 def _ids_as(kind: str, ids: list[str]) -> Iterable[str] | AsyncIterable[str]:
