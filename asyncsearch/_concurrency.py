@@ -179,10 +179,10 @@ def fan_out(
         propagates out of the iteration and the fan-out stops.
     :param items: an iterable or async iterable (a single ``str``, ``bytes``, ``bytearray`` or
         ``memoryview`` is refused: it would be read one character or byte at a time). An async
-        iterable is advanced by the fan-out's
-        worker tasks, one at a time; an async iterator with ``aclose()`` (an async generator) is
-        closed when the fan-out stops early. An exception raised by the items themselves is
-        raised from the iteration after the outcomes of the items before it.
+        iterable is advanced by the fan-out's worker tasks, one at a time; an async iterator with
+        ``aclose()`` (an async generator) is closed when the fan-out stops early. An exception
+        raised by the items themselves is raised from the iteration after the outcomes of the
+        items before it.
     :param ordered: yield outcomes in the order of ``items`` instead of as they complete.
     :param on_progress: called as ``on_progress(done, total)`` each time a call finishes;
         ``total`` is ``len(items)`` when ``items`` has a length, else ``None`` (a generator, an
