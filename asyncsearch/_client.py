@@ -12,6 +12,7 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Callable,
+    Collection,
     Coroutine,
     Iterable,
     Iterator,
@@ -20,7 +21,18 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, Self, TypeVar, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Self,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -91,6 +103,9 @@ ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 8.0
 WAIT_INTERVAL_CAP = 10.0
+#: The ``retry_search`` option: see ``AsyncSearchClient``.
+SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
+_SEARCH_RETRY_POLICIES = ("safe", "always")
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
 
@@ -126,6 +141,7 @@ class _Options:
     max_retry_after: float
     max_redirects: int
     first_page: int
+    retry_search: SearchRetryPolicy
     # Derived once per client instead of once per request.
     headers_without_body: Mapping[str, str] = field(init=False, repr=False)
     headers_with_body: Mapping[str, str] = field(init=False, repr=False)
@@ -344,18 +360,31 @@ def _result_of(
 
 
 class _Numbered:
-    """``(index, job_id)`` pairs of a plain iterable, keeping its length for progress totals."""
+    """``(index, job_id)`` pairs of a sized iterable, keeping its length for progress totals."""
 
     __slots__ = ("_ids",)
 
-    def __init__(self, ids: Iterable[str | uuid.UUID]) -> None:
+    def __init__(self, ids: Collection[str | uuid.UUID]) -> None:
         self._ids = ids
 
     def __iter__(self) -> Iterator[tuple[int, str | uuid.UUID]]:
         return enumerate(self._ids)
 
     def __len__(self) -> int:
-        return len(self._ids)  # type: ignore[arg-type]
+        return len(self._ids)
+
+
+def _check_job_ids(job_ids: object) -> None:
+    """Refuse, before anything is sent, what is not many ids: above all a single id string."""
+    if isinstance(job_ids, str | bytes | bytearray | memoryview | uuid.UUID):
+        raise InvalidRequestError(
+            "job_ids must be an iterable of ids (a list, a set, a generator or an async "
+            f"iterable), not a single {type(job_ids).__name__}: pass [job_id] for one id"
+        )
+    if not isinstance(job_ids, Iterable | AsyncIterable):
+        raise InvalidRequestError(
+            f"job_ids must be an iterable or an async iterable of ids, not {type(job_ids).__name__}"
+        )
 
 
 async def _anumbered(
@@ -405,6 +434,9 @@ class AsyncSearchClient:
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
         first_page: the number of the first page, used by the page iterators.
+        retry_search: "safe" (the default) retries a search that is not ``incognito`` only after
+            failures that show it was not acted on (the connection never opened; a 408, 429 or
+            503 answer), so it never leaves two history entries; "always" retries it like a GET.
 
     Raises ``ConfigurationError`` for a missing key or URL and for invalid options.
     """
@@ -428,6 +460,7 @@ class AsyncSearchClient:
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
         retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
         first_page: int = 1,
+        retry_search: SearchRetryPolicy = "safe",
     ) -> None:
         if api_key is None:
             api_key = os.environ.get(ENV_API_KEY)
@@ -455,6 +488,7 @@ class AsyncSearchClient:
             max_retry_after=max_retry_after,
             max_redirects=max_redirects,
             first_page=first_page,
+            retry_search=retry_search,
         )
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
@@ -477,6 +511,7 @@ class AsyncSearchClient:
         max_retry_after: object,
         max_redirects: object,
         first_page: object,
+        retry_search: object,
     ) -> _Options:
         if not isinstance(allow_http, bool):
             raise ConfigurationError("allow_http must be a bool")
@@ -486,6 +521,10 @@ class AsyncSearchClient:
             base_id = _check_text_option("base_id", base_id)
         if isinstance(first_page, bool) or not isinstance(first_page, int):
             raise ConfigurationError(f"first_page must be an integer, got {first_page!r}")
+        if retry_search not in _SEARCH_RETRY_POLICIES:
+            raise ConfigurationError(
+                f"retry_search must be 'safe' or 'always', got {retry_search!r}"
+            )
         secret = (
             api_key
             if isinstance(api_key, _Secret)
@@ -506,6 +545,7 @@ class AsyncSearchClient:
             max_retry_after=float(_check_number("max_retry_after", max_retry_after, minimum=0)),
             max_redirects=_check_number("max_redirects", max_redirects, minimum=0, integer=True),
             first_page=first_page,
+            retry_search=cast(SearchRetryPolicy, retry_search),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -558,6 +598,7 @@ class AsyncSearchClient:
         max_retry_after: float | NotGiven = NOT_GIVEN,
         max_redirects: int | NotGiven = NOT_GIVEN,
         first_page: int | NotGiven = NOT_GIVEN,
+        retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
     ) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
@@ -581,6 +622,7 @@ class AsyncSearchClient:
                 "max_retry_after": max_retry_after,
                 "max_redirects": max_redirects,
                 "first_page": first_page,
+                "retry_search": retry_search,
             }.items()
             if not isinstance(v, NotGiven)
         }
@@ -618,6 +660,8 @@ class AsyncSearchClient:
         url = opts.base_url + request.target
         path = _LazyPath(url)
         headers = opts.headers_without_body if request.body is None else opts.headers_with_body
+        # May the request be sent again once it may have reached the service? See retry_search.
+        idempotent = request.idempotent or opts.retry_search == "always"
         attempts = 0
         while True:
             attempts += 1
@@ -645,7 +689,9 @@ class AsyncSearchClient:
                     time.monotonic() - started,
                 )
                 timed_out = isinstance(exc, APITimeoutError)
-                if not exc.retryable or not self._may_retry(attempts, after_timeout=timed_out):
+                if not protocol.is_retryable_connection_error(
+                    exc, idempotent=idempotent
+                ) or not self._may_retry(attempts, after_timeout=timed_out):
                     raise
                 delay = self._backoff(attempts)
                 self._log_retry(request, path, attempts, delay, type(exc).__name__)
@@ -685,7 +731,7 @@ class AsyncSearchClient:
                 retry_after=retry_after,
                 reason=_redirect_reason(response),
             )
-            if not protocol.is_retryable_status(status):
+            if not protocol.is_retryable_status(status, idempotent=idempotent):
                 raise error
             if retry_after is not None and retry_after > opts.max_retry_after:
                 logger.info(
@@ -1067,8 +1113,13 @@ class AsyncSearchClient:
         fewer are sent and the number grows back as calls succeed, and a ``Retry-After`` pauses
         the whole batch. Results come as completed, or in input order with ``ordered=True``.
         A failed job becomes a result with ``.error``: every id given comes back exactly once per
-        occurrence. ``on_progress(done, total_or_None)`` is called as ids finish.
+        occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
+        ``len(job_ids)`` when it has a length (a list, a tuple, a set) and ``None`` when it has
+        not (a generator, an iterator, an async iterable): ``done`` still counts every id.
+        Raises ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or
+        ``uuid.UUID`` instead of an iterable of them) and bad arguments.
         """
+        _check_job_ids(job_ids)
         outcomes = self._extraction_fan_out(
             job_ids,
             _same,
@@ -1123,13 +1174,22 @@ class AsyncSearchClient:
     ) -> list[ExtractionResult]:
         """Fetch many extraction jobs concurrently and return their results in input order.
 
-        Like ``iter_extractions`` (failed jobs are results with ``.error``, never dropped), but
-        collected into a list: use ``iter_extractions`` for more ids than fit in memory.
+        Like ``iter_extractions`` (any iterable or async iterable of ids; failed jobs are results
+        with ``.error``, never dropped; ``on_progress`` gets ``None`` as the total when
+        ``job_ids`` has no length), but collected into a list: use ``iter_extractions`` for more
+        ids than fit in memory. A single id instead of an iterable raises ``InvalidRequestError``
+        before anything is sent.
         """
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head) and
         # put back in input order at the end, since the whole list is kept anyway.
+        _check_job_ids(job_ids)
         items: Iterable[tuple[int, str | uuid.UUID]] | AsyncIterable[tuple[int, str | uuid.UUID]]
-        items = _anumbered(job_ids) if isinstance(job_ids, AsyncIterable) else _Numbered(job_ids)
+        if isinstance(job_ids, AsyncIterable):
+            items = _anumbered(job_ids)
+        elif isinstance(job_ids, Collection):
+            items = _Numbered(job_ids)  # sized: progress reports a total
+        else:
+            items = enumerate(job_ids)  # a generator or iterator: no total to report
         collected: list[tuple[int, ExtractionResult]] = []
         async with self._extraction_fan_out(
             items,

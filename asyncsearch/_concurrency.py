@@ -188,13 +188,16 @@ def fan_out(
     :param func: the async function to call; an ``Exception`` it raises is captured in the
         item's outcome. If it raises ``CancelledError`` (or another ``BaseException``) that
         propagates out of the iteration and the fan-out stops.
-    :param items: an iterable or async iterable. An async iterable is advanced by the fan-out's
-        worker tasks, one at a time; an async iterator with ``aclose()`` (an async generator) is
-        closed when the fan-out stops early. An exception raised by the items themselves is
-        raised from the iteration after the outcomes of the items before it.
+    :param items: an iterable or async iterable (a single ``str``, ``bytes``, ``bytearray`` or
+        ``memoryview`` is refused: it would be read one character or byte at a time). An async
+        iterable is advanced by the fan-out's worker tasks, one at a time; an async iterator with
+        ``aclose()`` (an async generator) is closed when the fan-out stops early. An exception
+        raised by the items themselves is raised from the iteration after the outcomes of the
+        items before it.
     :param ordered: yield outcomes in the order of ``items`` instead of as they complete.
     :param on_progress: called as ``on_progress(done, total)`` each time a call finishes;
-        ``total`` is ``len(items)`` when ``items`` has a length, else ``None``. An exception from
+        ``total`` is ``len(items)`` when ``items`` has a length, else ``None`` (a generator, an
+        iterator, an async iterable; ``done`` still counts every finished call). An exception from
         it is a bug in the caller: it stops the fan-out and is raised from the iteration.
     :param controller: an ``AdaptiveConcurrency`` that also bounds the calls in flight (it may be
         shared with other fan-outs) and holds new calls back while it is paused.
@@ -204,6 +207,13 @@ def fan_out(
         raise InvalidRequestError("func must be callable")
     if not _is_int(concurrency) or concurrency < 1:
         raise InvalidRequestError(f"concurrency must be an integer >= 1, not {concurrency!r}")
+    if isinstance(items, str | bytes | bytearray | memoryview):
+        # Iterable, but almost always one value passed where many were meant: calling func on
+        # every character (or every byte, as an int) would be a silent surprise.
+        raise InvalidRequestError(
+            f"items must be an iterable of items, not a single {type(items).__name__} "
+            "(pass [value] for one item)"
+        )
     if not isinstance(items, AsyncIterable | Iterable):
         raise InvalidRequestError(
             f"items must be an iterable or an async iterable, not {type(items).__name__}"

@@ -83,7 +83,9 @@ class APIConnectionError(AsyncSearchError):
     """No usable HTTP answer: the connection was refused, reset or cut, or TLS failed.
 
     ``retryable`` is False for failures that a retry cannot fix, such as a TLS certificate that
-    does not verify.
+    does not verify. ``request_sent`` is False when the attempt failed before any byte of the
+    request was sent (DNS, connection refused, connect timeout, TLS handshake), so the server
+    cannot have acted on it; True when the request may have reached the server.
     """
 
     def __init__(
@@ -92,16 +94,24 @@ class APIConnectionError(AsyncSearchError):
         *,
         attempts: int | None = None,
         retryable: bool = True,
+        request_sent: bool = True,
     ) -> None:
         super().__init__(message, attempts=attempts)
         self.retryable = retryable
+        self.request_sent = request_sent
 
 
 class APITimeoutError(APIConnectionError):
     """An attempt ran past its connect, read or total timeout."""
 
-    def __init__(self, message: str = "request timed out", *, attempts: int | None = None) -> None:
-        super().__init__(message, attempts=attempts, retryable=True)
+    def __init__(
+        self,
+        message: str = "request timed out",
+        *,
+        attempts: int | None = None,
+        request_sent: bool = True,
+    ) -> None:
+        super().__init__(message, attempts=attempts, retryable=True, request_sent=request_sent)
 
 
 class PoolTimeoutError(APITimeoutError):
@@ -117,7 +127,7 @@ class PoolTimeoutError(APITimeoutError):
         *,
         attempts: int | None = None,
     ) -> None:
-        super().__init__(message, attempts=attempts)
+        super().__init__(message, attempts=attempts, request_sent=False)
         self.retryable = False
 
 

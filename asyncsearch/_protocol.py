@@ -26,6 +26,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import msgspec
 
 from ._errors import (
+    APIConnectionError,
     APIStatusError,
     AuthenticationError,
     BadRequestError,
@@ -57,7 +58,7 @@ from ._models import (
 __all__ = [
     "MAX_IMAGE_LENGTH",
     "MAX_TEXT_LENGTH",
-    "RETRYABLE_STATUSES",
+    "NOT_ACTED_ON_STATUSES",
     "Request",
     "Response",
     "backoff_delay",
@@ -68,6 +69,7 @@ __all__ = [
     "get_extraction",
     "get_webhook_log",
     "image_data_url",
+    "is_retryable_connection_error",
     "is_retryable_status",
     "link_preview",
     "list_webhook_logs",
@@ -89,7 +91,9 @@ MAX_IMAGE_LENGTH = 600_000
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _EXTRACTION_FORMATS = ("json", "markdown")
 _LINK_TYPES = ("cache", "link")
-RETRYABLE_STATUSES = frozenset({408, 429})
+#: Answers that say the request was not acted on (the server did not get all of it, refused it
+#: for its rate, or could not take it at all), so that any request may be sent again.
+NOT_ACTED_ON_STATUSES = frozenset({408, 429, 503})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +111,11 @@ class Request(Generic[T]):
     parse: Callable[[bytes], T] = field(repr=False)
     #: The endpoint's name in logs and fault injection: "search", "extract", ...
     endpoint: str = ""
+    #: Whether sending it twice has the effect of sending it once. Every GET is; a search is
+    #: only when ``incognito`` (otherwise each one that reaches the service adds a history
+    #: entry). A request that is not is retried only after failures that show it was not acted
+    #: on (see ``is_retryable_status`` and ``is_retryable_connection_error``).
+    idempotent: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,13 +430,19 @@ def search(
         body=encoded,
         parse=_parse_search_page,
         endpoint="search",
+        idempotent=incognito is True,
     )
 
 
 def without_embeddings(request: Request[SearchPage]) -> Request[LeanSearchPage]:
     """The same search, its answer decoded as a ``LeanSearchPage`` (embeddings skipped)."""
     return Request(
-        request.method, request.target, request.body, _parse_lean_search_page, request.endpoint
+        request.method,
+        request.target,
+        request.body,
+        _parse_lean_search_page,
+        request.endpoint,
+        request.idempotent,
     )
 
 
@@ -800,36 +815,63 @@ def status_error(
     )
 
 
-def is_retryable_status(status: int) -> bool:
-    """408, 429 and every 5xx are worth another attempt; other statuses are final."""
-    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+def is_retryable_status(status: int, *, idempotent: bool = True) -> bool:
+    """Whether an answer with ``status`` is worth another attempt.
+
+    408, 429 and 503 say the request was not acted on: retried for every request. Other 5xx
+    answers may come after the service acted on it (a 500 after the search was recorded, a 502
+    or 504 from a gateway whose upstream did the work): retried only for an ``idempotent``
+    request. Every other status is final.
+    """
+    if status in NOT_ACTED_ON_STATUSES:
+        return True
+    return idempotent and 500 <= status <= 599
+
+
+def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:
+    """Whether a failed attempt without an answer is worth another one.
+
+    A failure before any byte of the request was sent (``error.request_sent`` is False: DNS,
+    refused, connect timeout, TLS handshake) is retried for every request; one after the request
+    may have reached the server (reset, closed without an answer, read or total timeout, a body
+    cut short) only for an ``idempotent`` request. Never when ``error.retryable`` is False.
+    """
+    return error.retryable and (idempotent or not error.request_sent)
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """The delay in seconds the server asked for, or ``None`` when it gave none that makes sense.
 
-    Reads ``retry-after-ms`` first, then ``Retry-After`` as seconds or as an HTTP date. A negative
-    value or a date in the past means "now" (0); ``inf``, ``nan`` and garbage are ignored.
+    Reads ``retry-after-ms`` first, then ``Retry-After`` as seconds or as an HTTP date. Only
+    ASCII counts: seconds are ASCII digits with an optional ASCII decimal part (``3``, ``1.5``),
+    and a date must be all ASCII. ``None`` (the caller's own backoff) for anything else: a
+    negative or signed number, other scripts' digits (``'\u0663'``), ``inf``, ``nan``,
+    exponents, a number past the largest float, and an HTTP date that is not in the future (the
+    server's wait is over, or the clocks disagree: either way it asks for no particular delay).
     """
     raw_ms = _header(headers, "retry-after-ms")
     if raw_ms is not None:
-        seconds = _finite_float(raw_ms)
-        if seconds is not None:
-            return max(seconds / 1000.0, 0.0)
+        millis = _delay_seconds(raw_ms)
+        if millis is not None:
+            return millis / 1000.0
     raw = _header(headers, "retry-after")
     if raw is None:
         return None
-    seconds = _finite_float(raw)
+    seconds = _delay_seconds(raw)
     if seconds is not None:
-        return max(seconds, 0.0)
+        return seconds
+    raw = raw.strip()
+    if not raw.isascii() or not raw:
+        return None
     try:
-        when = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     current = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
-    return max(when.timestamp() - current, 0.0)
+    delay = when.timestamp() - current
+    return delay if delay > 0 else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -842,9 +884,14 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _finite_float(text: str) -> float | None:
+# ASCII only: a str pattern's \d would also take other scripts' digits ('\u0663' is 3 to float()).
+_DELAY_SECONDS_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _delay_seconds(text: str) -> float | None:
+    """A non-negative finite number of ASCII digits (with an optional decimal part), or None."""
     text = text.strip()
-    if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)", text):
+    if not _DELAY_SECONDS_RE.fullmatch(text):
         return None
     value = float(text)
     return value if math.isfinite(value) else None

@@ -459,16 +459,26 @@ def _translate(exc: Exception, secret: str) -> AsyncSearchError:
     detail = redact(f"{type(exc).__name__}: {exc}", secret)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return APIConnectionError(
-            f"TLS certificate verification failed (not retried): {detail}", retryable=False
+            f"TLS certificate verification failed (not retried): {detail}",
+            retryable=False,
+            request_sent=False,
         )
+    # aiohttp raises ConnectionTimeoutError and ClientConnectorError (with its TLS subclasses)
+    # only while it opens the connection (DNS, connect, TLS handshake), before any byte of the
+    # request is written: the server cannot have acted on it (request_sent=False).
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return APITimeoutError(f"timed out connecting: {detail}")
+        return APITimeoutError(f"timed out connecting: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.SocketTimeoutError):
         return APITimeoutError(f"timed out waiting for data from the server: {detail}")
     if isinstance(exc, TimeoutError):
         return APITimeoutError(f"the request ran past its total timeout: {detail}")
     if isinstance(exc, aiohttp.ClientSSLError):
-        return APIConnectionError(f"TLS failed: {detail}")
+        return APIConnectionError(
+            f"TLS failed: {detail}",
+            request_sent=not isinstance(exc, aiohttp.ClientConnectorError),
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return APIConnectionError(f"connection failed: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.ClientPayloadError):
         return APIConnectionError(f"the response body was cut or malformed: {detail}")
     if isinstance(exc, aiohttp.ServerDisconnectedError):

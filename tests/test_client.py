@@ -283,7 +283,9 @@ async def test_persistent_503_says_how_many_attempts(serve: Serve) -> None:
 
 async def test_max_retries_zero_and_per_call_override(serve: Serve) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
-        return web.Response(status=500)
+        # 503, not 500: a search with history is retried only after answers that say it was
+        # not acted on (see retry_search).
+        return web.Response(status=503)
 
     server = await serve(handler)
     async with make_client(server, max_retries=0) as client:
@@ -577,6 +579,9 @@ def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"retry_budget": 5}, "retry_budget"),
         ({"first_page": "1"}, "first_page"),
         ({"max_retry_after": -1}, "max_retry_after"),
+        ({"retry_search": "never"}, "retry_search"),
+        ({"retry_search": True}, "retry_search"),
+        ({"retry_search": None}, "retry_search"),
     ],
 )
 def test_bad_options_raise_configuration_error(options: dict[str, Any], needle: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -151,6 +153,130 @@ async def test_async_iterable_of_ids(serve: Serve) -> None:
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         results = await client.gather_extractions(source())
     assert [r.job_id for r in results] == job_ids(30)
+
+
+async def test_odd_timestamps_never_fail_a_job(serve: Serve) -> None:
+    # ISO 8601 that is not RFC 3339, and text that is no date at all: every job still comes back.
+    odd = ["2024-02-04", "20240204T170251Z", "2024-W05-7", "yesterday", ""]
+    ids = job_ids(len(odd))
+    stamps = dict(zip(ids, odd, strict=True))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job_id = request.path.rsplit("/", 1)[1]
+        body = job_body(job_id)
+        body["createdAt"] = stamps[job_id]
+        return web.json_response(body)
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(ids)
+    assert [r.error for r in results] == [None] * len(odd)
+    created = [r.job.created_at for r in results if r.job is not None]
+    assert created[:3] == [
+        datetime.datetime(2024, 2, 4),
+        datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=datetime.UTC),
+        datetime.datetime(2024, 2, 4),
+    ]
+    assert created[3:] == ["yesterday", ""]
+
+
+def _ids_as(kind: str, ids: list[str]) -> Iterable[str] | AsyncIterable[str]:
+    """The same ids as a list, a tuple, a set, a dict's keys, a generator, an iterator or an
+    async generator."""
+    if kind == "async generator":
+
+        async def agen() -> AsyncIterator[str]:
+            for job_id in ids:
+                yield job_id
+
+        return agen()
+    return {
+        "list": lambda: list(ids),
+        "tuple": lambda: tuple(ids),
+        "set": lambda: set(ids),
+        "dict keys": lambda: dict.fromkeys(ids).keys(),
+        "generator": lambda: (job_id for job_id in ids),
+        "iterator": lambda: iter(ids),
+        "map": lambda: map(str, ids),
+    }[kind]()
+
+
+# Sized iterables report a total to on_progress; the others report None (the total is unknown).
+ID_KINDS = {
+    "list": True,
+    "tuple": True,
+    "set": True,
+    "dict keys": True,
+    "generator": False,
+    "iterator": False,
+    "map": False,
+    "async generator": False,
+}
+
+
+@pytest.mark.parametrize("kind", list(ID_KINDS))
+async def test_gather_takes_any_iterable_of_ids(serve: Serve, kind: str) -> None:
+    server = await serve(extract_handler())
+    ids = job_ids(25)
+    progress: list[tuple[int, int | None]] = []
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        results = await client.gather_extractions(
+            _ids_as(kind, ids), concurrency=4, on_progress=lambda d, t: progress.append((d, t))
+        )
+    got = [r.job_id for r in results]
+    if kind == "set":
+        assert sorted(got) == ids  # a set has no order of its own; input order is its order
+    else:
+        assert got == ids
+    assert all(r.ok for r in results)
+    assert len(server.seen) == 25
+    total = 25 if ID_KINDS[kind] else None
+    assert progress == [(done, total) for done in range(1, 26)]
+
+
+@pytest.mark.parametrize("kind", list(ID_KINDS))
+@pytest.mark.parametrize("ordered", [False, True])
+async def test_iter_extractions_takes_any_iterable_of_ids(
+    serve: Serve, kind: str, ordered: bool
+) -> None:
+    server = await serve(extract_handler())
+    ids = job_ids(25)
+    progress: list[tuple[int, int | None]] = []
+    async with (
+        AsyncSearchClient(API_KEY, base_url=server.base_url) as client,
+        client.iter_extractions(
+            _ids_as(kind, ids),
+            concurrency=4,
+            ordered=ordered,
+            on_progress=lambda d, t: progress.append((d, t)),
+        ) as results,
+    ):
+        got = [r async for r in results]
+    assert sorted(str(r.job_id) for r in got) == ids
+    assert all(r.ok for r in got)
+    assert progress[-1] == (25, 25 if ID_KINDS[kind] else None)
+
+
+SINGLE_VALUES: dict[str, object] = {
+    "str": job_ids(1)[0],
+    "empty str": "",
+    "bytes": job_ids(1)[0].encode(),
+    "bytearray": bytearray(job_ids(1)[0].encode()),
+    "uuid.UUID": uuid.UUID(job_ids(1)[0]),
+    "int": 7,
+}
+
+
+@pytest.mark.parametrize("case", list(SINGLE_VALUES))
+async def test_a_single_id_is_refused_before_anything_is_sent(serve: Serve, case: str) -> None:
+    server = await serve(extract_handler())
+    value: Any = SINGLE_VALUES[case]
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        with pytest.raises(InvalidRequestError, match="job_ids must be an iterable"):
+            await client.gather_extractions(value)
+        with pytest.raises(InvalidRequestError, match="job_ids must be an iterable"):
+            client.iter_extractions(value)
+    assert server.seen == []
 
 
 async def test_retry_budget_bounds_the_load_on_a_failing_service(

@@ -1419,3 +1419,15 @@ async def test_pager_refuses_two_concurrent_consumers() -> None:
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
+
+
+@pytest.mark.parametrize("value", ["abc", b"abc", bytearray(b"abc"), memoryview(b"abc")])
+async def test_fan_out_refuses_a_single_string_or_bytes(value: Any) -> None:
+    calls: list[object] = []
+
+    async def record(item: object) -> None:
+        calls.append(item)
+
+    with pytest.raises(InvalidRequestError, match="not a single"):
+        fan_out(record, value)
+    assert calls == []

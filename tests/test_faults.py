@@ -40,6 +40,7 @@ from asyncsearch import (
     ResponseTooLargeError,
     ResponseValidationError,
     RetryBudget,
+    SearchPage,
     Timeout,
     _client,
 )
@@ -342,10 +343,14 @@ RETRY_AFTER_SLEPT: dict[str, tuple[Callable[[], str], float, float]] = {
     "seconds": (lambda: "3", 3.0, 3.0),
     "fractional seconds": (lambda: "1.25", 1.25, 1.25),
     "an HTTP date 30 s ahead": (lambda: http_date(30), 28.0, 30.0),
-    "an HTTP date in the past": (lambda: http_date(-3600), 0.0, 0.0),
-    "negative": (lambda: "-5", 0.0, 0.0),
     "zero": (lambda: "0", 0.0, 0.0),
     # Values that make no sense fall back to the backoff, pinned here at its 0.5 s ceiling.
+    "an HTTP date in the past": (lambda: http_date(-3600), 0.5, 0.5),
+    "negative": (lambda: "-5", 0.5, 0.5),
+    "signed": (lambda: "+3", 0.5, 0.5),
+    # Sent as UTF-8 bytes (the helper writes latin-1); float() would read them as 3.
+    "an Arabic-Indic digit": (lambda: "\u0663".encode().decode("latin-1"), 0.5, 0.5),
+    "fullwidth digits": (lambda: "\uff13".encode().decode("latin-1"), 0.5, 0.5),
     "inf": (lambda: "inf", 0.5, 0.5),
     "nan": (lambda: "nan", 0.5, 0.5),
     "garbage": (lambda: "soon, please", 0.5, 0.5),
@@ -874,3 +879,130 @@ async def test_redirect_without_location_is_an_error(sleeps: list[float]) -> Non
     assert type(result) is APIStatusError
     assert "without a Location" in str(result)
     assert server.requests == 1
+
+
+# -- which failures are retried once the request may have reached the server ----------------------
+# A search that is not incognito adds a history entry each time the service runs it: by default it
+# is sent again only after failures that show it was not acted on (retry_search="safe").
+
+EMPTY_PAGE = b'{"total": 0, "hasMore": false, "hits": []}'
+
+
+def search_answers(*codes: int) -> Respond:
+    """Answer the n-th request with the n-th status (the last one repeats); 200 is an empty page."""
+
+    async def respond(request: RawRequest, conn: Conn) -> bool:
+        code = codes[min(request.index, len(codes) - 1)]
+        body = EMPTY_PAGE if code == 200 else json.dumps({"error": {"message": "x"}}).encode()
+        conn.writer.write(http_response(code, body))
+        await conn.writer.drain()
+        return True
+
+    return respond
+
+
+async def first_page(client: AsyncSearchClient) -> object:
+    async with client.search_pages("q") as pages:
+        return await anext(pages)
+
+
+SENT_AGAIN: dict[str, tuple[Call, dict[str, Any], int]] = {
+    # name: (call, client options, requests the server reads before the call gives up)
+    "search": (lambda c: c.search("q"), {}, 1),
+    "search, incognito=False": (lambda c: c.search("q", incognito=False), {}, 1),
+    "search, lean": (lambda c: c.search("q", embeddings=False), {}, 1),
+    "search, raw response": (lambda c: c.with_raw_response.search("q"), {}, 1),
+    "search_pages": (first_page, {}, 1),
+    "search, incognito": (lambda c: c.search("q", incognito=True), {}, 3),
+    "search, retry_search='always'": (lambda c: c.search("q"), {"retry_search": "always"}, 3),
+    "search, with_options(retry_search='always')": (
+        lambda c: c.with_options(retry_search="always").search("q"),
+        {},
+        3,
+    ),
+    "search, with_options(retry_search='safe')": (
+        lambda c: c.with_options(retry_search="safe").search("q"),
+        {"retry_search": "always"},
+        1,
+    ),
+    "get_extraction": (get_job, {}, 3),
+    "list_webhook_logs": (lambda c: c.list_webhook_logs(JOB_ID), {}, 3),
+}
+
+
+@pytest.mark.parametrize("case", list(SENT_AGAIN))
+async def test_dropped_after_the_body_was_read(case: str, sleeps: list[float]) -> None:
+    call, options, requests = SENT_AGAIN[case]
+    async with raw_server(close_at_once) as server:
+        result = await outcome(server, call, max_retries=2, **options)
+    assert isinstance(result, APIConnectionError)
+    assert result.request_sent is True
+    assert result.attempts == requests
+    # The server read every request whole, body included, before it dropped the connection.
+    assert server.requests == requests
+    for seen in server.seen:
+        assert len(seen.body) == int(seen.headers.get("content-length", "0"))
+        if seen.method == "POST":
+            assert json.loads(seen.body)["text"] == "q"
+    assert len(sleeps) == requests - 1
+
+
+STATUS_SENT_AGAIN: dict[str, tuple[tuple[int, ...], bool, int]] = {
+    # name: (answers, incognito, requests); a 200 ends the call
+    "408": ((408, 200), False, 2),
+    "429": ((429, 200), False, 2),
+    "503": ((503, 503, 200), False, 3),
+    "500": ((500, 200), False, 1),
+    "502": ((502, 200), False, 1),
+    "504": ((504, 200), False, 1),
+    "500, incognito": ((500, 500, 200), True, 3),
+    "502, incognito": ((502, 200), True, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(STATUS_SENT_AGAIN))
+async def test_error_answers_to_a_search(case: str, sleeps: list[float]) -> None:
+    answers, incognito, requests = STATUS_SENT_AGAIN[case]
+    async with raw_server(search_answers(*answers)) as server:
+        result = await outcome(server, lambda c: c.search("q", incognito=incognito or None))
+    assert server.requests == requests
+    if answers[requests - 1] == 200:
+        assert isinstance(result, SearchPage)
+    else:
+        assert isinstance(result, InternalServerError)
+        assert result.status_code == answers[0]
+        assert result.attempts == 1
+
+
+async def test_a_search_is_retried_when_the_connection_never_opened(sleeps: list[float]) -> None:
+    import socket
+
+    with socket.socket() as holder:
+        # Bound but not listening: connecting is refused, and no other process can take the port.
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        client = make_client(f"http://127.0.0.1:{port}", max_retries=2)
+        async with asyncio.timeout(BOUND):
+            with pytest.raises(APIConnectionError, match="connection failed") as info:
+                await client.search("q")
+        await client.aclose()
+    assert info.value.request_sent is False
+    assert info.value.attempts == 3
+    assert len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "sent"),
+    [
+        (aiohttp.ConnectionTimeoutError("Connection timeout to host"), False),
+        (aiohttp.ServerDisconnectedError(), True),
+        (aiohttp.ClientOSError(104, "Connection reset by peer"), True),
+        (aiohttp.SocketTimeoutError("Timeout on reading data from socket"), True),
+        (TimeoutError(), True),
+        (aiohttp.ClientPayloadError("Response payload is not completed"), True),
+    ],
+)
+def test_errors_say_whether_the_request_may_have_been_sent(error: Exception, sent: bool) -> None:
+    translated = _translate(error, API_KEY)
+    assert isinstance(translated, APIConnectionError)
+    assert translated.request_sent is sent

@@ -247,10 +247,53 @@ async def test_one_fault_then_success(
 ) -> None:
     emu.faults.set("*", retry_after=0)
     emu.faults.script("search", [fault, "ok"])
-    page = await client.search("invoice")
+    # incognito: a search that leaves no history entry may be sent again after any failure.
+    page = await client.search("invoice", incognito=True)
     assert page.total >= 0
     expected = 1 if fault == "slow" else 2  # a slow body is still a good answer
     assert emu.stats.counts["search"] == expected
+    assert list(emu.search_history) == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "retried"),
+    [
+        (429, True),  # refused for its rate: not acted on
+        (503, True),  # the service could not take it: not acted on
+        (500, False),  # the service may have recorded it before failing
+        ("drop", False),  # the body was sent: the service may have acted on it
+        ("truncate", False),  # answered (and recorded), then the body was cut
+    ],
+)
+async def test_a_search_with_history_is_not_sent_twice(
+    client: AsyncSearchClient,
+    emu: ServiceEmulator,
+    fast_backoff: list[float],
+    fault: int | str,
+    retried: bool,
+) -> None:
+    emu.faults.set("*", retry_after=0)
+    emu.faults.script("search", [fault, "ok"])
+    if retried:
+        await client.search("invoice")
+    else:
+        with pytest.raises((InternalServerError, APIConnectionError)) as info:
+            await client.search("invoice")
+        assert info.value.attempts == 1
+    assert emu.stats.counts["search"] == (2 if retried else 1)
+    # Never two history entries for one call (the truncated answer was recorded once).
+    assert len(emu.search_history) == (1 if retried or fault == "truncate" else 0)
+
+
+async def test_retry_search_always_retries_a_search_with_history(
+    emu: ServiceEmulator, fast_backoff: list[float]
+) -> None:
+    emu.faults.script("search", ["truncate", "ok"])
+    async with AsyncSearchClient(KEY, base_url=emu.base_url, retry_search="always") as client:
+        page = await client.search("invoice")
+    assert page.total >= 0
+    assert emu.stats.counts["search"] == 2
+    assert len(emu.search_history) == 2  # the price of "always", as documented
 
 
 async def test_rate_limit_with_long_retry_after_is_raised(

@@ -117,7 +117,7 @@ def test_webhook_logs() -> None:
     log = msgspec.json.decode(sample("webhook_log.json"), type=WebhookLog)
     assert isinstance(log, asyncsearch.WebhookLogSummary)
     assert log.fired_at == "2024-05-01T09:00:01.000Z"  # format not documented: stays str
-    assert log.created_at is not None
+    assert isinstance(log.created_at, datetime.datetime)
     assert log.created_at.tzinfo is not None
     assert log.request_payload == {"event": "extraction.done"}
     assert log.response_body == "<html>bad gateway</html>"
@@ -238,11 +238,112 @@ def test_webhook_log_list_null_items_reads_as_empty() -> None:
     assert logs.items == []
 
 
-def test_only_structs_with_arrays_pay_for_post_init() -> None:
-    # msgspec calls __post_init__ for every decoded object: keep it off the array-free ones.
+def test_only_structs_that_need_it_pay_for_post_init() -> None:
+    # msgspec calls __post_init__ for every decoded object: keep it off the Structs without
+    # arrays or documented timestamps (above all the parts of a search hit).
+    for name in asyncsearch._models.__all__:
+        cls = getattr(asyncsearch._models, name)
+        if not (isinstance(cls, type) and issubclass(cls, asyncsearch._models._Wire)):
+            continue
+        needs = bool(getattr(cls, "_list_fields", ())) or bool(
+            getattr(cls, "_timestamp_fields", ())
+        )
+        assert hasattr(cls, "__post_init__") is needs, name
     assert not hasattr(asyncsearch.User, "__post_init__")
-    assert not hasattr(asyncsearch.ExtractionJob, "__post_init__")
+    assert not hasattr(asyncsearch.DocumentAttributes, "__post_init__")
     assert hasattr(SearchPage, "__post_init__")
+    assert hasattr(ExtractionJob, "__post_init__")
+
+
+def test_a_struct_made_by_hand_keeps_text_that_does_not_read() -> None:
+    assert ExtractionJob(id="j", created_at="2024-02-04\ud800").created_at == "2024-02-04\ud800"
+    assert ExtractionJob(id="j", created_at="2024-02-04").created_at == datetime.datetime(
+        2024, 2, 4
+    )
+
+
+# Documented timestamps: every form datetime.fromisoformat reads (3.11+) is a datetime, RFC 3339
+# as msgspec reads it too (a lowercase t or z), and anything else stays the text as sent.
+UTC = datetime.UTC
+READ_AS_DATETIME: dict[str, datetime.datetime] = {
+    "2024-05-01T09:00:00.123Z": datetime.datetime(2024, 5, 1, 9, 0, 0, 123000, tzinfo=UTC),
+    "2024-02-04": datetime.datetime(2024, 2, 4),
+    "20240204T170251Z": datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=UTC),
+    "20240204": datetime.datetime(2024, 2, 4),
+    "2024-02-04T17:02:51": datetime.datetime(2024, 2, 4, 17, 2, 51),
+    "2024-02-04 17:02:51+01:00": datetime.datetime(
+        2024, 2, 4, 17, 2, 51, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+    ),
+    "2024-02-04T17Z": datetime.datetime(2024, 2, 4, 17, tzinfo=UTC),
+    "2024-W05-7": datetime.datetime(2024, 2, 4),
+    "2024-02-04t17:02:51z": datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=UTC),
+}
+KEPT_AS_TEXT = [
+    "not a date",
+    "",
+    "2024-13-45",
+    "D:20240501090000Z",
+    "2024-02-04T17:02:60Z",
+    "2",
+    "\u0662\u0660\u0662\u0664-02-04",  # other scripts' digits
+]
+
+
+def _job_with(value: str) -> bytes:
+    job = json.loads(sample("extraction_job.json"))
+    job["createdAt"] = value
+    job["extraction"]["document"]["creationDate"] = value
+    job["extraction"]["document"]["modificationDate"] = value
+    return json.dumps(job).encode()
+
+
+def _log_with(value: str) -> bytes:
+    log = json.loads(sample("webhook_log.json"))
+    log["createdAt"] = value
+    return json.dumps(log).encode()
+
+
+@pytest.mark.parametrize("text", list(READ_AS_DATETIME))
+def test_documented_timestamps_read_every_iso_form(text: str) -> None:
+    expected = READ_AS_DATETIME[text]
+    job = protocol.decode_body(protocol._extraction_job_decoder, _job_with(text))
+    assert job.extraction is not None
+    assert job.extraction.document is not None
+    log = protocol.decode_body(protocol._webhook_log_decoder, _log_with(text))
+    for value in (
+        job.created_at,
+        job.extraction.document.creation_date,
+        job.extraction.document.modification_date,
+        log.created_at,
+    ):
+        assert isinstance(value, datetime.datetime)
+        assert value == expected
+        assert value.utcoffset() == expected.utcoffset()
+
+
+@pytest.mark.parametrize("text", KEPT_AS_TEXT)
+def test_a_timestamp_that_does_not_read_stays_text_and_never_fails_the_job(text: str) -> None:
+    body = _job_with(text)
+    job = protocol.decode_body(protocol._extraction_job_decoder, body)
+    assert job.extraction is not None
+    assert job.extraction.document is not None
+    assert job.created_at == text
+    assert job.extraction.document.creation_date == text
+    assert job.extraction.document.modification_date == text
+    assert job.extraction.document.structured == {"lines": [1, 2]}  # the rest is all there
+    log = protocol.decode_body(protocol._webhook_log_decoder, _log_with(text))
+    assert log.created_at == text
+    # Nothing is lost: the wire form gives the text back exactly as it was sent.
+    assert json.loads(msgspec.json.encode(job))["createdAt"] == text
+    assert json.loads(msgspec.json.encode(log))["createdAt"] == text
+
+
+def test_a_timestamp_of_the_wrong_type_still_fails() -> None:
+    job = json.loads(sample("extraction_job.json"))
+    job["createdAt"] = 1714554000
+    with pytest.raises(ResponseValidationError) as info:
+        protocol.decode_body(protocol._extraction_job_decoder, json.dumps(job).encode())
+    assert info.value.path == "$.createdAt"
 
 
 def test_lean_page_skips_embeddings_and_keeps_everything_else() -> None:

@@ -450,6 +450,19 @@ def test_rate_limit_error_carries_retry_after() -> None:
 )
 def test_retryable_statuses(status: int, retry: bool) -> None:
     assert protocol.is_retryable_status(status) is retry
+    # A request that must not run twice is retried only after answers saying it did not run.
+    assert protocol.is_retryable_status(status, idempotent=False) is (status in (408, 429, 503))
+
+
+@pytest.mark.parametrize(("incognito", "idempotent"), [(None, False), (False, False), (True, True)])
+def test_only_an_incognito_search_may_run_twice(incognito: bool | None, idempotent: bool) -> None:
+    request = protocol.search("q", incognito=incognito)
+    assert request.idempotent is idempotent
+    assert protocol.without_embeddings(request).idempotent is idempotent
+    assert protocol.get_extraction(JOB).idempotent
+    assert protocol.link_preview("https://example.com/").idempotent
+    assert protocol.list_webhook_logs(JOB).idempotent
+    assert protocol.get_webhook_log(JOB, JOB).idempotent
 
 
 # -- Retry-After -----------------------------------------------------------------------------------
@@ -464,7 +477,20 @@ NOW = 1_700_000_000.0
         ({"Retry-After": "3"}, 3.0),
         ({"retry-after": "1.5"}, 1.5),
         ({"Retry-After": "0"}, 0.0),
-        ({"Retry-After": "-5"}, 0.0),
+        ({"Retry-After": "-5"}, None),
+        ({"Retry-After": "-0"}, None),
+        ({"Retry-After": "+3"}, None),
+        ({"Retry-After": " 3 "}, 3.0),
+        ({"Retry-After": "3."}, None),
+        ({"Retry-After": ".5"}, None),
+        ({"Retry-After": "\u0663"}, None),  # ARABIC-INDIC DIGIT THREE: float() reads 3.0
+        ({"Retry-After": "\uff13"}, None),  # FULLWIDTH DIGIT THREE
+        ({"Retry-After": "1\u0660"}, None),
+        ({"Retry-After": "1.\u0665"}, None),
+        ({"retry-after-ms": "\u0663\u0660\u0660", "Retry-After": "9"}, 9.0),
+        ({"retry-after-ms": "-250", "Retry-After": "9"}, 9.0),
+        ({"retry-after-ms": "-250"}, None),
+        ({"retry-after-ms": "1.5"}, 0.0015),
         ({"Retry-After": "inf"}, None),
         ({"Retry-After": "nan"}, None),
         ({"Retry-After": "soon"}, None),
@@ -475,7 +501,18 @@ NOW = 1_700_000_000.0
         ({"retry-after-ms": "garbage", "Retry-After": "9"}, 9.0),
         ({}, None),
         ({"Retry-After": email.utils.formatdate(NOW + 30, usegmt=True)}, 30.0),
-        ({"Retry-After": email.utils.formatdate(NOW - 30, usegmt=True)}, 0.0),
+        # A date that is not ahead asks for no particular delay: the client's own backoff.
+        ({"Retry-After": email.utils.formatdate(NOW - 30, usegmt=True)}, None),
+        ({"Retry-After": email.utils.formatdate(NOW, usegmt=True)}, None),
+        # Only ASCII dates: email.utils would read other scripts' digits in the day or year.
+        (
+            {
+                "Retry-After": email.utils.formatdate(NOW + 30, usegmt=True).replace(
+                    "2023", "\u0662\u0660\u0662\u0663"
+                )
+            },
+            None,
+        ),
     ],
 )
 def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:

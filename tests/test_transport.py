@@ -87,6 +87,7 @@ async def test_no_free_connection_within_pool_is_a_pool_timeout_never_sent_retri
                 await client.get_extraction(JOB_ID)
             assert isinstance(info.value, APITimeoutError)
             assert not info.value.retryable
+            assert not info.value.request_sent  # the server cannot have acted on it
             assert info.value.attempts == 1
             assert "pool" in str(info.value)
             assert "total timeout" not in str(info.value)
