@@ -1,6 +1,6 @@
 """Exporting extraction results through Ray Data: 1 actor against 2, on this machine.
 
-    python -m benchmarks.ray_export [--ids 6000] [--concurrency 16] [--latency 0.05]
+    python -m benchmarks.ray_export [--ids 4000] [--concurrency 16] [--latency 0.05]
                                     [--rounds 3] [--quick] [--json PATH]
 
 Needs the ``ray`` extra (``pip install -e '.[ray]'``) and the ``cli`` extra (the emulator is
@@ -193,7 +193,7 @@ def _export(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ids", type=int, default=6000, help="job ids to export (default 6000)")
+    parser.add_argument("--ids", type=int, default=4000, help="job ids to export (default 4000)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests per actor")
     parser.add_argument(
         "--latency", type=float, default=0.05, help="seconds added to every answer (0.05)"

@@ -312,3 +312,32 @@ def test_resume_fetches_only_unwritten_ids(
     assert sum(1 for row in first if (row["error"] or "").startswith("Internal")) == 10
     todo = unwritten_job_ids(read_ids(), out, format=output, retry_failed=True)
     assert sorted(row["job_id"] for row in todo.take_all()) == sorted(failed)
+
+
+def test_ray_export_benchmark_runs_quick(
+    ray_session: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/ray_export.py cannot rot: it runs to the end in --quick mode (no figure is
+    asserted) and leaves no emulator process behind."""
+    import os
+    import re
+
+    from benchmarks import ray_export
+
+    def children() -> set[int]:
+        found: set[int] = set()
+        for path in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+            found.update(int(pid) for pid in path.read_text().split())
+        return found
+
+    before = children()
+    results = tmp_path / "ray_export.json"
+
+    assert ray_export.main(["--quick", "--json", str(results)]) == 0
+
+    out = capsys.readouterr().out
+    assert re.search(r"^\| 2 actors +\| +[\d,]+ \| +\d+\.\d\dx \|", out, flags=re.MULTILINE)
+    assert re.search(r"^\s*(PASS|MISS) 2 actors", out, flags=re.MULTILINE)
+    assert "machine: " in out
+    assert json.loads(results.read_text())["benchmark"] == "ray_export"
+    assert children() <= before, "the emulator process was left running"
