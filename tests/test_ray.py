@@ -200,6 +200,48 @@ def test_fetch_extractions_bad_ids_are_error_rows(
     assert outcome == [("pending", None, None)] * 2
 
 
+def test_fetch_extractions_options_concurrency_budget_and_key_from_env(
+    ray_session: Any, emu: ThreadedEmulator, base_id: str
+) -> None:
+    from asyncsearch import RetryBudget
+    from asyncsearch.ray import FetchExtractions
+
+    ids = [emu.do(emu.emu.add_job, state="done", base_id=base_id)["id"] for _ in range(150)]
+    emu.do(emu.emu.faults.set, "extract", latency=0.02)
+    emu.do(emu.emu.faults.script, "extract", [503] * 20)
+    emu.do(emu.emu.stats.reset)
+
+    # No key or URL given: the actor reads them from its environment, as on a cluster.
+    rows = (
+        ray_session.data.from_items([{"job_id": i} for i in ids], override_num_blocks=6)
+        .map_batches(
+            FetchExtractions,
+            fn_constructor_kwargs={
+                "base_id": base_id,
+                "concurrency": 3,
+                "max_retries": 2,
+                "retry_budget": RetryBudget(capacity=0),  # so no retry is allowed
+            },
+            batch_size=25,
+            batch_format="pyarrow",
+            compute=ray_session.data.ActorPoolStrategy(size=1),
+            num_cpus=0.25,
+            runtime_env={
+                "env_vars": {"ASYNCSEARCH_API_KEY": KEY, "ASYNCSEARCH_BASE_URL": emu.emu.base_url}
+            },
+        )
+        .take_all()
+    )
+
+    assert Counter(row["job_id"] for row in rows) == Counter(ids)
+    errors = [row["error"] for row in rows if row["error"] is not None]
+    assert len(errors) == 20
+    assert all(error.startswith("InternalServerError: ") for error in errors)
+    assert _extract_requests(emu, base_id) == len(ids)  # the empty budget refused every retry
+    # Ray runs several batches at once on the actor: the limit holds across all of them.
+    assert emu.do(lambda: emu.emu.stats.max_in_flight_by_endpoint["extract"]) <= 3
+
+
 def _expected_pages(emu: ThreadedEmulator, base_id: str, **search: Any) -> list[Any]:
     async def walk() -> list[Any]:
         async with AsyncSearchClient(KEY, base_url=emu.emu.base_url, base_id=base_id) as client:
