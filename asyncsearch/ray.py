@@ -33,7 +33,6 @@ import msgspec
 
 from asyncsearch import (
     AsyncSearchClient,
-    AsyncSearchError,
     InvalidRequestError,
     ResponseValidationError,
     RetryBudget,
@@ -260,9 +259,8 @@ def _id_text(job_id: object) -> str | None:
 
 
 def _error_text(error: BaseException) -> str:
-    if isinstance(error, AsyncSearchError):
-        return f"{type(error).__name__}: {error}"
-    # Not ours (a bug somewhere below): still reported against its id, with its class name.
+    # An AsyncSearchError, or an error that is not ours (a bug somewhere below): either way it
+    # is reported against its id with its class name, never raised through the batch.
     return f"{type(error).__name__}: {error}"
 
 
@@ -455,11 +453,9 @@ def unwritten_job_ids(
     done = _written_ids(written, format=format, retry_failed=retry_failed)
     if not done:
         return ids
-    done_array = np.array(sorted(done), dtype=object)
 
     def keep(batch: Any) -> Any:
-        column = batch["job_id"]
-        return batch.filter(pa.array(~np.isin(column.to_numpy(zero_copy_only=False), done_array)))
+        return batch.filter(pa.array([i not in done for i in batch["job_id"].to_pylist()]))
 
     return ids.map_batches(keep, batch_format="pyarrow")
 

@@ -124,7 +124,15 @@ def _extract_requests(emu: ThreadedEmulator, base_id: str) -> int:
     return emu.do(count)
 
 
-def _fetch(ray: Any, ids: list[str], *, emu: ThreadedEmulator, base_id: str, **options: Any) -> Any:
+def _fetch(
+    ray: Any,
+    ids: list[str | None],
+    *,
+    emu: ThreadedEmulator,
+    base_id: str,
+    batch_format: str = "pyarrow",
+    **options: Any,
+) -> Any:
     from asyncsearch.ray import FetchExtractions
 
     dataset = ray.data.from_items([{"job_id": i} for i in ids], override_num_blocks=8)
@@ -138,7 +146,7 @@ def _fetch(ray: Any, ids: list[str], *, emu: ThreadedEmulator, base_id: str, **o
             **options,
         },
         batch_size=100,
-        batch_format="pyarrow",
+        batch_format=batch_format,
         compute=ray.data.ActorPoolStrategy(size=2),
         num_cpus=0.25,
     )
@@ -188,13 +196,16 @@ def test_fetch_extractions_bad_ids_are_error_rows(
     ray_session: Any, emu: ThreadedEmulator, base_id: str
 ) -> None:
     job = emu.do(emu.emu.add_job, state="pending", extraction=None, base_id=base_id)
-    ids = [job["id"], "not-a-uuid", job["id"]]
+    ids = [job["id"], "not-a-uuid", None, job["id"]]
 
-    rows = _fetch(ray_session, ids, emu=emu, base_id=base_id).take_all()
+    # numpy batches (Ray's default format) as well as pyarrow ones.
+    rows = _fetch(ray_session, ids, emu=emu, base_id=base_id, batch_format="numpy").take_all()
 
-    assert sorted(row["job_id"] for row in rows) == sorted(ids)
+    assert Counter(row["job_id"] for row in rows) == Counter(ids)
     bad = [row for row in rows if row["job_id"] == "not-a-uuid"]
     assert bad[0]["error"].startswith("InvalidRequestError: ")
+    null = [row for row in rows if row["job_id"] is None]
+    assert null[0]["error"] == "InvalidRequestError: job_id must be a string, got null"
     good = [row for row in rows if row["job_id"] == job["id"]]
     outcome = [(r["state"], r["extraction"], r["error"]) for r in good]
     assert outcome == [("pending", None, None)] * 2
