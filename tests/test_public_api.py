@@ -63,7 +63,8 @@ def test_error_tree() -> None:
 def test_import_stays_light() -> None:
     code = (
         "import sys, asyncsearch; "
-        "heavy = [m for m in ('numpy', 'asyncsearch.testing', 'asyncsearch._cli', 'rich') "
+        "heavy = [m for m in ('numpy', 'asyncsearch.testing', 'asyncsearch._cli', 'rich', "
+        "'asyncsearch.ray', 'ray', 'pyarrow') "
         "if m in sys.modules]; print(heavy)"
     )
     result = subprocess.run(
