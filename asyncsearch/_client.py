@@ -74,7 +74,9 @@ from ._models import (
     LinkPreview,
     SearchFilters,
     SearchHit,
+    SearchHitId,
     SearchPage,
+    SearchPageHead,
     SearchQuery,
     Sort,
     WebhookLog,
@@ -1079,8 +1081,21 @@ class AsyncSearchClient:
                 return (await self._send(protocol.without_embeddings(request))).parse()
             return (await self._send(request)).parse()
 
+        # Pipelined walk of full pages: a page with embeddings takes about as long to decode as
+        # a round trip, so the pager reads only hasMore, total and the hit ids (a view that
+        # skips the rest, ~1/3 of the full decode) and sends the next request before decoding
+        # the page. Chosen over sending the next request speculatively, which would need no
+        # view at all, because a speculative request reaches the service at the end of every
+        # walk (and after an empty or repeated page), and cannot know a max_items cap before
+        # the page is read. Lean pages are cheap to decode in full: no view, no pipelining.
+        # Without prefetch there is nothing to overlap, so the page is decoded in one go.
+        async def fetch_received(number: int) -> _ReceivedPage:
+            response = await self._send(protocol.search(**arguments, page=number))
+            return _ReceivedPage(response)
+
+        pipelined = embeddings and prefetch
         return SearchPager(
-            fetch_page,
+            fetch_received if pipelined else fetch_page,
             mode=mode,
             start_page=first,
             page_items=_page_hits,
@@ -1093,6 +1108,7 @@ class AsyncSearchClient:
             prefetch=prefetch,
             dedupe=dedupe,
             logger=logger,
+            decode_page=_decode_received if pipelined else None,
         )
 
     # -- bulk extraction results -------------------------------------------------------------
@@ -1257,6 +1273,37 @@ def _redirect_reason(response: Response) -> str | None:
             "followed, so the API key is never sent anywhere else"
         )
     return None
+
+
+class _ReceivedPage:
+    """A search page as received: the response and a view of it, not decoded yet.
+
+    Answers ``hits`` (ids only), ``has_more`` and ``total`` like a page, so the pager's
+    functions read it as they read a decoded page.
+    """
+
+    __slots__ = ("has_more", "hits", "response", "total")
+
+    def __init__(self, response: APIResponse[SearchPage]) -> None:
+        self.response = response
+        try:
+            head = protocol.search_page_head(response.content)
+        except ResponseValidationError:
+            # Raise the error of the full decode, which names SearchPage and the attempts and
+            # keeps the key out of the body; should the full decode pass, read the page.
+            page = response.parse()
+            head = SearchPageHead(
+                total=page.total,
+                has_more=page.has_more,
+                hits=[SearchHitId(id=hit.id) for hit in page.hits],
+            )
+        self.hits: list[SearchHitId] = head.hits
+        self.has_more = head.has_more
+        self.total = head.total
+
+
+def _decode_received(received: _ReceivedPage) -> SearchPage:
+    return received.response.parse()
 
 
 def _page_hits(page: Any) -> list[Any]:

@@ -856,6 +856,16 @@ class Pager(AsyncClosing, Generic[Y]):
     :param dedupe: drop items already yielded earlier in this walk (results shift while an index
         changes); a page left empty is skipped.
     :param logger: where the WARNING and DEBUG lines go.
+    :param decode_page: for pages that are costly to decode, a pipelined walk. ``fetch_page``
+        then returns the page *as received* (cheap to read: typically the body plus a view
+        that skipped the costly parts), from which ``page_items``, ``item_key``, ``has_more``
+        and ``page_total`` decide everything the walk decides (the end, the guards, dedupe,
+        caps); the request for the next page is sent, and given its head start, *before*
+        ``decode_page(received)`` makes the page that is handed out, so the decoding overlaps
+        the next round trip. ``page_items`` of the decoded page must list the same items in the
+        same order. An error from ``decode_page`` ends the walk like a fetch error (the next
+        request, already sent, is cancelled). Without ``prefetch`` it changes nothing but
+        where the decoding happens.
     :raises InvalidRequestError: for bad arguments, at construction.
     """
 
@@ -876,6 +886,7 @@ class Pager(AsyncClosing, Generic[Y]):
         prefetch: bool = True,
         dedupe: bool = False,
         logger: logging.Logger | None = None,
+        decode_page: Callable[[Any], P] | None = None,
     ) -> None: ...
 
     @overload
@@ -895,6 +906,7 @@ class Pager(AsyncClosing, Generic[Y]):
         prefetch: bool = True,
         dedupe: bool = False,
         logger: logging.Logger | None = None,
+        decode_page: Callable[[Any], P] | None = None,
     ) -> None: ...
 
     def __init__(
@@ -913,6 +925,7 @@ class Pager(AsyncClosing, Generic[Y]):
         prefetch: bool = True,
         dedupe: bool = False,
         logger: logging.Logger | None = None,
+        decode_page: Callable[[Any], Any] | None = None,
     ) -> None:
         for name, func in (
             ("fetch_page", fetch_page),
@@ -922,7 +935,11 @@ class Pager(AsyncClosing, Generic[Y]):
         ):
             if not callable(func):
                 raise InvalidRequestError(f"{name} must be callable")
-        for name, optional in (("page_total", page_total), ("replace_items", replace_items)):
+        for name, optional in (
+            ("page_total", page_total),
+            ("replace_items", replace_items),
+            ("decode_page", decode_page),
+        ):
             if optional is not None and not callable(optional):
                 raise InvalidRequestError(f"{name} must be callable or None")
         if mode not in ("pages", "items"):
@@ -948,6 +965,7 @@ class Pager(AsyncClosing, Generic[Y]):
         self._prefetch = bool(prefetch)
         self._dedupe = bool(dedupe)
         self._logger = logger if logger is not None else _LOGGER
+        self._decode_page = decode_page
 
         self._next_fetch: int | None = start_page  # the page to fetch next; None past the end
         self._resume: int | None = start_page  # see next_page
@@ -1063,14 +1081,17 @@ class Pager(AsyncClosing, Generic[Y]):
             self._previous_keys = keys
             self._next_fetch = page_no + 1 if self._has_more(page) else None
 
-            fresh = items
+            # Positions in the page of the items to hand out, or None for all of them: with
+            # decode_page the decisions are made on the received page and applied to the
+            # decoded one.
+            kept: list[int] | None = None
             if self._dedupe:
-                fresh = []
-                for item, key in zip(items, keys, strict=True):
+                kept = []
+                for position, key in enumerate(keys):
                     if key not in self._seen:
                         self._seen.add(key)
-                        fresh.append(item)
-                if not fresh:
+                        kept.append(position)
+                if not kept:
                     self._stale_pages += 1
                     if self._stale_pages >= _MAX_STALE_PAGES and self._next_fetch is not None:
                         self._logger.warning(
@@ -1084,18 +1105,34 @@ class Pager(AsyncClosing, Generic[Y]):
                     self._resume = self._next_fetch
                     continue
                 self._stale_pages = 0
+                if len(kept) == len(keys):
+                    kept = None
             self._cut = False
+            count = len(items) if kept is None else len(kept)
             if self._max_items is not None:
                 room = self._max_items - self._accepted
-                if len(fresh) > room:
-                    fresh = fresh[:room]
+                if count > room:
+                    kept = list(range(room)) if kept is None else kept[:room]
+                    count = room
                     self._cut = True
-            self._accepted += len(fresh)
-            if not self._items_mode and len(fresh) != len(items):
-                assert self._replace_items is not None  # checked in __init__
-                page = self._replace_items(page, fresh)
+            self._accepted += count
             self._start_prefetch()
             await self._head_start()
+            if self._decode_page is not None:
+                # The costly part, now that the next request is on the wire.
+                page = self._decode_page(page)
+                items = list(self._page_items(page))
+                if len(items) != len(keys):
+                    raise RuntimeError(
+                        f"decode_page gave page {page_no} with {len(items)} items, "
+                        f"the received page had {len(keys)}"
+                    )
+            if kept is None:
+                return page_no, page, items
+            fresh = [items[position] for position in kept]
+            if not self._items_mode:
+                assert self._replace_items is not None  # checked in __init__
+                page = self._replace_items(page, fresh)
             return page_no, page, fresh
 
     async def _fetch(self, page_no: int) -> Any:

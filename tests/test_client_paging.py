@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,7 +13,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from asyncsearch import AsyncSearchClient, InvalidRequestError, SearchHit, SearchPage
+from asyncsearch import (
+    AsyncSearchClient,
+    InvalidRequestError,
+    ResponseValidationError,
+    SearchHit,
+    SearchPage,
+    _protocol,
+)
 
 from .conftest import API_KEY, Handler, Server
 from .helpers import ThreadedServer, client_tasks, held_connections
@@ -240,3 +248,185 @@ async def test_search_hits_yields_typed_hits(serve: Serve) -> None:
         hits = [h async for h in client.search_hits("q")]
     assert all(isinstance(h, SearchHit) for h in hits)
     assert hits[0].score == pytest.approx(1.0)
+
+
+# -- pipelined walks: the next request goes out before the page is decoded ---------------------
+
+
+class _DecoderSpy:
+    """Stands in for the SearchPage decoder; calls ``before`` ahead of every full decode."""
+
+    def __init__(self, real: Any, before: Callable[[], None]) -> None:
+        self._real = real
+        self.type = real.type
+        self._before = before
+
+    def decode(self, body: bytes) -> Any:
+        self._before()
+        return self._real.decode(body)
+
+
+@pytest.mark.parametrize("mode", ["pages", "hits"])
+async def test_a_pipelined_walk_requests_the_next_page_before_decoding_this_one(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    arrived = {n: threading.Event() for n in range(1, 7)}
+    inner = paged_search(50)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = json.loads(await request.read())["pagination"]["page"]
+        arrived[page].set()
+        return await inner(request)
+
+    decoded = 0
+    next_request_was_out: list[bool] = []
+
+    def before_decode() -> None:
+        # Blocks the client's loop, as decoding does: only a request already written can reach
+        # the server (in its own thread) now. The wait ends at once when it did.
+        nonlocal decoded
+        decoded += 1
+        if decoded < 5:
+            next_request_was_out.append(arrived[decoded + 1].wait(timeout=2))
+
+    monkeypatch.setattr(
+        _protocol,
+        "_search_page_decoder",
+        _DecoderSpy(_protocol._search_page_decoder, before_decode),
+    )
+    app = web.Application()
+    app.router.add_post("/v2/search", handler)
+    with ThreadedServer(app) as server:
+        async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+            if mode == "pages":
+                pages = [p async for p in client.search_pages("q", page_size=10)]
+                ids = [h.id for p in pages for h in p.hits]
+                assert all(isinstance(p, SearchPage) for p in pages)
+            else:
+                ids = [h.id async for h in client.search_hits("q", page_size=10)]
+    assert ids == [f"hit-{i}" for i in range(50)]
+    assert decoded == 5
+    assert next_request_was_out == [True] * 4
+    assert not arrived[6].is_set(), "a page past the end was requested"
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_a_request_is_in_flight_while_the_caller_holds_a_page_only_with_prefetch(
+    serve: Serve, prefetch: bool
+) -> None:
+    gates = {n: asyncio.Event() for n in range(1, 5)}
+    gates[1].set()
+    inner = paged_search(40)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        # Each answer waits until the caller has looked at the page before it, so a request
+        # sent ahead is still in flight when the caller checks.
+        await gates[json.loads(await request.read())["pagination"]["page"]].wait()
+        return await inner(request)
+
+    server = await serve(handler)
+    in_flight = 0
+    most = 0
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        transport = client._shared.transport
+        send = transport.send
+
+        async def counting_send(*args: Any, **kwargs: Any) -> Any:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            try:
+                return await send(*args, **kwargs)
+            finally:
+                in_flight -= 1
+
+        transport.send = counting_send  # type: ignore[method-assign]
+        held: list[int] = []
+        number = 0
+        async for page in client.search_pages("q", page_size=10, prefetch=prefetch):
+            number += 1
+            for _ in range(10):
+                await asyncio.sleep(0)
+            held.append(in_flight)
+            if number < 4:
+                gates[number + 1].set()
+            assert page.hits
+    assert number == 4
+    assert most == 1
+    assert held == ([1, 1, 1, 0] if prefetch else [0, 0, 0, 0])
+    assert searches(server) == [1, 2, 3, 4]
+
+
+def broken_page(page_two: dict[str, Any]) -> Handler:
+    """Pages of 10 hits out of 100, page 2 replaced by ``page_two``."""
+    inner = paged_search(100)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if json.loads(await request.read())["pagination"]["page"] == 2:
+            return web.json_response(page_two)
+        return await inner(request)
+
+    return handler
+
+
+async def test_a_page_that_fails_to_decode_ends_a_pipelined_walk(serve: Serve) -> None:
+    # The view (hasMore, total, ids) reads fine, so page 3 is requested; the full decode then
+    # fails on a field the view skipped.
+    bad_hit = {**hit(10), "score": "not a number"}
+    server = await serve(broken_page({"total": 100, "hasMore": True, "hits": [bad_hit]}))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=0) as client:
+        pager = client.search_hits("q", page_size=10)
+        ids: list[str] = []
+
+        async def walk() -> None:
+            async for h in pager:
+                ids.append(h.id)
+
+        with pytest.raises(ResponseValidationError, match=r"SearchPage at \$\.hits\[0\]\.score"):
+            await walk()
+        assert ids == [f"hit-{i}" for i in range(10)]
+        assert pager.next_page == 2
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert client_tasks() == []
+        assert held_connections(client) == 0
+        seen = searches(server)
+        assert seen[:2] == [1, 2]
+        assert seen[2:] in ([], [3])  # page 3 went out before the decode failed, if at all
+        await asyncio.sleep(0.1)
+        assert searches(server) == seen, "a request was sent after the walk ended"
+
+
+async def test_a_page_the_view_cannot_read_raises_the_full_decode_error(serve: Serve) -> None:
+    server = await serve(broken_page({"total": 100, "hits": [hit(10)]}))  # no hasMore
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=0) as client:
+        with pytest.raises(ResponseValidationError, match=r"does not fit SearchPage\b") as caught:
+            async for _ in client.search_pages("q", page_size=10):
+                pass
+    assert "hasMore" in str(caught.value)
+    assert caught.value.attempts == 1
+    # Whether there is a page 3 was never known: it was not requested.
+    assert searches(server) == [1, 2]
+
+
+async def test_a_pipelined_walk_stops_at_its_caps_and_guards_without_an_extra_request(
+    serve: Serve,
+) -> None:
+    server = await serve(paged_search(100, empty_from=4))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        pages = [p async for p in client.search_pages("q", page_size=10, max_pages=2)]
+        assert [len(p.hits) for p in pages] == [10, 10]
+        assert searches(server) == [1, 2]
+        server.seen.clear()
+        ids = [h.id async for h in client.search_hits("q", page_size=10, max_items=15)]
+        assert ids == [f"hit-{i}" for i in range(15)]
+        assert searches(server) == [1, 2]
+        server.seen.clear()
+        pages = [p async for p in client.search_pages("q", page_size=10)]
+        assert [len(p.hits) for p in pages] == [10, 10, 10]  # the empty page 4 is no page
+        assert searches(server) == [1, 2, 3, 4]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert client_tasks() == []
+    await asyncio.sleep(0.05)
+    assert searches(server) == [1, 2, 3, 4]

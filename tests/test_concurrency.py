@@ -1431,3 +1431,108 @@ async def test_fan_out_refuses_a_single_string_or_bytes(value: Any) -> None:
     with pytest.raises(InvalidRequestError, match="not a single"):
         fan_out(record, value)
     assert calls == []
+
+
+@dataclasses.dataclass(frozen=True)
+class Received:
+    """A page as received: its keys and flags readable, its items not built yet."""
+
+    page: FakePage
+
+    @property
+    def items(self) -> tuple[str, ...]:
+        return self.page.items
+
+    @property
+    def more(self) -> bool:
+        return self.page.more
+
+    @property
+    def total(self) -> int | None:
+        return self.page.total
+
+
+@pytest.mark.parametrize("mode", ["pages", "items"])
+async def test_decode_page_runs_after_the_next_request_was_sent(mode: str) -> None:
+    events: list[tuple[str, int]] = []
+    pages = catalogue(25, 10)
+
+    async def fetch(n: int) -> Received:
+        events.append(("sent", n))
+        return Received(pages(n))
+
+    def decode(received: Received) -> FakePage:
+        events.append(("decoded", received.page.number))
+        return dataclasses.replace(
+            received.page, items=tuple(i.upper() for i in received.page.items)
+        )
+
+    pager = make_pager(fetch, mode=mode, decode_page=decode, dedupe=True)
+    got = [x async for x in pager]
+    flat = got if mode == "items" else [i for p in got for i in p.items]
+    assert flat == [f"I{k}" for k in range(25)]  # the decoded items are handed out
+    assert events == [
+        ("sent", 1),
+        ("sent", 2),
+        ("decoded", 1),
+        ("sent", 3),
+        ("decoded", 2),
+        ("decoded", 3),
+    ]
+
+
+async def test_decode_page_with_dedupe_and_max_items_hands_out_the_decoded_survivors() -> None:
+    def page(n: int) -> FakePage:  # each page repeats the last item of the one before
+        start = max((n - 1) * 10 - 1, 0)
+        return FakePage(n, tuple(f"i{k}" for k in range(start, start + 10)), more=True)
+
+    async def fetch(n: int) -> Received:
+        return Received(page(n))
+
+    def decode(received: Received) -> FakePage:
+        return dataclasses.replace(
+            received.page, items=tuple(i.upper() for i in received.page.items)
+        )
+
+    pages = [p async for p in make_pager(fetch, decode_page=decode, dedupe=True, max_items=15)]
+    assert [p.items for p in pages] == [
+        tuple(f"I{k}" for k in range(10)),
+        tuple(f"I{k}" for k in range(10, 15)),
+    ]
+
+
+async def test_an_error_from_decode_page_ends_the_walk_and_cancels_the_next_request() -> None:
+    before = other_tasks()
+    cancelled: list[int] = []
+
+    async def fetch(n: int) -> Received:
+        if n > 1:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(n)
+                raise
+        return Received(FakePage(n, (f"p{n}",), more=True))
+
+    def decode(received: Received) -> FakePage:
+        raise Boom
+
+    pager = make_pager(fetch, decode_page=decode)
+    with pytest.raises(Boom):
+        await anext(pager)
+    assert cancelled == [2]
+    assert pager.next_page == 1
+    assert other_tasks() == before
+    with pytest.raises(StopAsyncIteration):
+        await anext(pager)
+
+
+async def test_decode_page_must_keep_the_items_of_the_received_page() -> None:
+    async def fetch(n: int) -> Received:
+        return Received(FakePage(n, ("a", "b"), more=False))
+
+    def decode(received: Received) -> FakePage:
+        return dataclasses.replace(received.page, items=("a",))
+
+    with pytest.raises(RuntimeError, match="1 items, the received page had 2"):
+        await anext(make_pager(fetch, decode_page=decode, prefetch=False))
