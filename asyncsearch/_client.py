@@ -704,14 +704,15 @@ class AsyncSearchClient:
                 raise
 
             status = response.status
-            logger.debug(
-                "%s %s -> %d (attempt %d, %.3fs)",
-                request.method,
-                path,
-                status,
-                attempts,
-                response.elapsed,
-            )
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s %s -> %d (attempt %d, %.3fs)",
+                    request.method,
+                    path,
+                    status,
+                    attempts,
+                    response.elapsed,
+                )
             if 200 <= status < 300:
                 if shared.retry_budget is not None:
                     shared.retry_budget.on_success()

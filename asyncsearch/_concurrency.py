@@ -372,7 +372,8 @@ class _FanOutRun(Generic[T, R]):
 
     async def call(self, item: T) -> Outcome[T, R]:
         controller = self.controller
-        if controller is not None:
+        # The synchronous fast path first: no coroutine to make when a slot is free.
+        if controller is not None and not controller._try_acquire():
             await controller.acquire()
         try:
             value = await self.func(item)
@@ -646,6 +647,8 @@ class AdaptiveConcurrency:
         """Record a call the service handled: grow the limit additively."""
         if self._ignore_signals > 0:
             self._ignore_signals -= 1
+        elif self._window >= self._maximum:
+            return  # the usual case in a bulk fetch: nothing to grow, nobody to wake
         before = self.limit
         self._window = min(float(self._maximum), self._window + self._increase_step / self._window)
         if self.limit > before:
@@ -672,6 +675,17 @@ class AdaptiveConcurrency:
         until = time.monotonic() + seconds
         if until > self._paused_until:
             self._paused_until = until
+
+    def _try_acquire(self) -> bool:
+        """Take a slot without waiting if one is free, no pause is on and nobody is waiting."""
+        if (
+            not self._waiters
+            and self._in_flight < self.limit
+            and self._paused_until <= time.monotonic()
+        ):
+            self._in_flight += 1
+            return True
+        return False
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
@@ -710,6 +724,8 @@ class AdaptiveConcurrency:
         return _Slot(self)
 
     def _wake(self) -> None:
+        if not self._waiters:
+            return
         free = self.limit - self._in_flight
         while free > 0 and self._waiters:
             waiter = self._waiters.popleft()

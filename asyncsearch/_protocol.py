@@ -142,6 +142,8 @@ def validate_id(name: str, value: object) -> str:
     A ``uuid.UUID`` is accepted and turned into its string. Because every id must match the
     pattern, no caller-supplied string can change the path of a request.
     """
+    if type(value) is str and len(value) == 36 and _UUID_RE.fullmatch(value):
+        return value  # the usual case, checked first
     if isinstance(value, uuid.UUID):
         value = str(value)
     if not isinstance(value, str):
@@ -469,7 +471,7 @@ def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Req
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
-    if check_extraction_format(format) is not None:
+    if format is not None and check_extraction_format(format) is not None:
         target += f"?format={format}"
     return Request("GET", target, None, _parse_extraction_job, "extract")
 

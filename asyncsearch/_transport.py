@@ -13,6 +13,7 @@ own primitives and imports no anyio.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl as ssl_module
 import sys
 import time
@@ -226,9 +227,7 @@ class Transport:
         # Only now, with a connection slot, do ``total`` (aiohttp's timer, armed by
         # session.request) and ``elapsed`` start.
         decompress_here = not session.auto_decompress
-        client_timeout = aiohttp.ClientTimeout(
-            total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
-        )
+        client_timeout = _client_timeout(timeout)
         started = time.monotonic()
         current_url, current_method, current_body = url, method, body
         last_status = 0
@@ -243,8 +242,10 @@ class Transport:
                     allow_redirects=False,
                     ssl=ssl if ssl is not None else True,
                 ) as resp:
-                    location = resp.headers.get("Location")
-                    if resp.status in _REDIRECTS and location is not None:
+                    # The status first: most answers are no redirect, and their headers need
+                    # no lookup.
+                    location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
+                    if location is not None:
                         target = redirect_target(current_url, location)
                         if target is not None:
                             last_status = resp.status
@@ -424,6 +425,14 @@ def _unsupported_encoding(encoding: str) -> ResponseValidationError:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
+    """aiohttp's timeout for ours, made once per ``Timeout`` (both are immutable)."""
+    return aiohttp.ClientTimeout(
+        total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
+    )
+
+
 def _too_large(limit: int) -> ResponseTooLargeError:
     return ResponseTooLargeError(
         f"the response body is larger than max_response_bytes ({limit} bytes)", limit=limit
@@ -448,7 +457,9 @@ def _scrub(exc: BaseException, secret: str) -> None:
 
 def _scrub_headers(headers: CIMultiDictProxy[str], secret: str) -> CIMultiDictProxy[str]:
     """Response headers as received, unless the server echoed the key: then with it replaced."""
-    if not any(secret in value for value in headers.values()):
+    # One search in the joined values instead of one per value; NUL cannot be part of a key
+    # (the client refuses it), so no match can straddle two values.
+    if secret not in "\x00".join(headers.values()):
         return headers
     return CIMultiDictProxy(CIMultiDict((k, redact(v, secret)) for k, v in headers.items()))
 
