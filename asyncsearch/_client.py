@@ -1076,11 +1076,19 @@ class AsyncSearchClient:
 
         # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
         # the public overloads of search_pages/search_hits state the precise result.
+        # The body of the page before stays referenced until the next one is read. Freed at
+        # once, a multi-MB body is handed back to the OS by glibc's allocator and faulted back in
+        # for the next read: measured on 100-hit pages with embeddings, ~660 instead of ~150
+        # minor page faults and 2-4 ms more system CPU per page. The cost is one body kept.
+        held: list[bytes] = [b""]
+
         async def fetch_page(number: int) -> Any:
             request = protocol.search(**arguments, page=number)
             if not embeddings:
-                return (await self._send(protocol.without_embeddings(request))).parse()
-            return (await self._send(request)).parse()
+                request = protocol.without_embeddings(request)
+            response = await self._send(request)
+            held[0] = response.content
+            return response.parse()
 
         # Pipelined walk of full pages: a page with embeddings takes about as long to decode as
         # a round trip, so the pager reads only hasMore, total and the hit ids (a view that
@@ -1092,6 +1100,7 @@ class AsyncSearchClient:
         # Without prefetch there is nothing to overlap, so the page is decoded in one go.
         async def fetch_received(number: int) -> _ReceivedPage:
             response = await self._send(protocol.search(**arguments, page=number))
+            held[0] = response.content
             return _ReceivedPage(response)
 
         pipelined = embeddings and prefetch
