@@ -1083,7 +1083,7 @@ class AsyncSearchClient:
         held: list[bytes] = [b""]
 
         async def fetch_page(number: int) -> Any:
-            request = protocol.search(**arguments, page=number)
+            request: Request[Any] = protocol.search(**arguments, page=number)
             if not embeddings:
                 request = protocol.without_embeddings(request)
             response = await self._send(request)
