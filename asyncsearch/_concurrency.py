@@ -80,6 +80,13 @@ _PREFETCH_HEAD_START_TURNS = 3
 # through the same pages would otherwise be fetched forever without yielding anything.
 _MAX_STALE_PAGES = 3
 
+# Names of the tasks this module starts: every task the package creates is named
+# "asyncsearch.<what>", so tests and users find them by name, never by a file path (a checkout
+# may sit in a folder named like the package, and so may a virtualenv's copy of aiohttp).
+FAN_OUT_WORKER_TASK = "asyncsearch.fan_out.worker"
+PAGER_FETCH_TASK = "asyncsearch.pager.fetch"
+PAGER_PREFETCH_TASK = "asyncsearch.pager.prefetch"
+
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -287,7 +294,7 @@ class _FanOutRun(Generic[T, R]):
 
     def start(self, workers: int) -> None:
         for _ in range(workers):
-            task = asyncio.create_task(self.work())
+            task = asyncio.create_task(self.work(), name=FAN_OUT_WORKER_TASK)
             self.workers.add(task)
             self.live += 1
             task.add_done_callback(self.worker_done)
@@ -1157,16 +1164,16 @@ class Pager(AsyncClosing, Generic[Y]):
         # cancellation reads as the end of the walk here, not as this task being cancelled.
         task = self._pending
         if task is None:
-            task = self._pending = self._spawn(page_no)
+            task = self._pending = self._spawn(page_no, PAGER_FETCH_TASK)
         await asyncio.wait({task})
         self._pending = None
         if task.cancelled() and self._done:
             raise StopAsyncIteration
         return task.result()
 
-    def _spawn(self, page_no: int) -> asyncio.Task[Any]:
+    def _spawn(self, page_no: int, name: str) -> asyncio.Task[Any]:
         _require_asyncio()  # before the coroutine is made, so it is not left never awaited
-        task = asyncio.create_task(_fetch_one(self._fetch_page, page_no))
+        task = asyncio.create_task(_fetch_one(self._fetch_page, page_no), name=name)
         task.add_done_callback(_retrieve)
         return task
 
@@ -1179,7 +1186,7 @@ class Pager(AsyncClosing, Generic[Y]):
             or (self._max_items is not None and self._accepted >= self._max_items)
         ):
             return
-        self._pending = self._spawn(page_no)
+        self._pending = self._spawn(page_no, PAGER_PREFETCH_TASK)
 
     async def _head_start(self) -> None:
         task = self._pending
