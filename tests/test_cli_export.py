@@ -16,6 +16,7 @@ from asyncsearch import ExtractionJob
 from asyncsearch.testing import ServiceEmulator
 
 from .cli_helpers import (
+    RUN_TIMEOUT,
     TEST_KEY,
     cli_env,
     extract_fetches,
@@ -56,6 +57,18 @@ async def _wait_for_lines(path: Path, count: int, timeout: float = 20.0) -> None
             if _line_count(path) >= count:
                 return
             await asyncio.sleep(0.01)
+
+
+async def _read_stderr_until(process: asyncio.subprocess.Process, marker: bytes) -> str:
+    """Read the command's stderr up to a line holding ``marker``; return what was read."""
+    assert process.stderr is not None
+    seen = b""
+    async with asyncio.timeout(RUN_TIMEOUT):
+        while marker not in seen:
+            line = await process.stderr.readline()
+            assert line, f"stderr ended before {marker!r}: {seen.decode()!r}"
+            seen += line
+    return seen.decode()
 
 
 async def test_one_line_per_distinct_id_with_failures_reported(
@@ -105,15 +118,23 @@ async def test_interrupted_then_resumed_fetches_each_id_once(
     ids_file.write_text("\n".join(ids) + "\n")
     out = tmp_path / "out.jsonl"
     args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", str(CONCURRENCY))
-    emu.faults.set("extract", latency=0.02)
+    # 40 fetches pass, then every worker is parked at the gate: the run is certainly in the
+    # middle when the signal comes, however slow or fast this machine is.
+    emu.faults.hold("extract", after=40)
     process = await start_cli(*args, env=cli_env(emu))
+    async with asyncio.timeout(RUN_TIMEOUT):
+        await emu.faults.wait_parked(CONCURRENCY, "extract")
     await _wait_for_lines(out, 40)
     process.send_signal(signum)
+    # Let the requests in flight go once the command says it is stopping (so no new id starts).
+    head = await _read_stderr_until(process, b"stopping")
+    emu.faults.release()
     first = await finish(process)
+    first.stderr = head + first.stderr
     assert first.code == code, first.stderr
     assert "interrupted after fetching" in first.stderr
     written = read_jsonl(out)
-    assert 40 <= len(written) < N_JOBS
+    assert len(written) == 40 + CONCURRENCY
     # What was in flight was written before exiting: every request made has its line.
     assert sum(extract_fetches(emu).values()) == len(written)
 
@@ -137,14 +158,17 @@ async def test_killed_then_resumed_loses_and_repeats_nothing_but_what_was_in_fli
     ids_file.write_text("\n".join(ids) + "\n")
     out = tmp_path / "out.jsonl"
     args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", str(CONCURRENCY))
-    emu.faults.set("extract", latency=0.02)
+    # 40 fetches pass, then the workers are parked: the kill lands in the middle of the run.
+    emu.faults.hold("extract", after=40)
     process = await start_cli(*args, env=cli_env(emu))
+    async with asyncio.timeout(RUN_TIMEOUT):
+        await emu.faults.wait_parked(CONCURRENCY, "extract")
     await _wait_for_lines(out, 40)
     process.kill()
     first = await finish(process)
     assert first.code == -signal.SIGKILL
     lines_before = out.read_bytes().count(b"\n")
-    assert lines_before < N_JOBS
+    assert lines_before == 40
 
     emu.faults.clear()
     second = await run_cli(*args, env=cli_env(emu))
@@ -307,10 +331,16 @@ async def test_a_second_export_to_the_same_file_is_refused(
     ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:40]) + "\n")
     out = tmp_path / "out.jsonl"
     args = ("extract-many", str(ids_file), "-o", str(out), "--concurrency", "2")
-    emu.faults.set("extract", latency=0.05)
+    # The first export is held at the gate (it has locked the file and sent its requests) until
+    # the second one has been refused: no bet on how fast either process starts.
+    emu.faults.hold("extract")
     first = await start_cli(*args, env=cli_env(emu))
-    await _wait_for_lines(out, 2)
-    second = await run_cli(*args, env=cli_env(emu))
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT):
+            await emu.faults.wait_parked(2, "extract")
+        second = await run_cli(*args, env=cli_env(emu))
+    finally:
+        emu.faults.release()
     assert second.code == 2
     assert "being written by another extract-many" in second.stderr
     assert (await finish(first)).code == 0

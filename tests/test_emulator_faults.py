@@ -311,9 +311,14 @@ async def test_requests_are_recorded_with_endpoint_base_and_status(
 async def test_in_flight_counters_see_the_real_concurrency(
     http: aiohttp.ClientSession, emu: ServiceEmulator
 ) -> None:
-    emu.faults.set("search", latency=0.2)
+    # All five are held at the gate together: no bet that they overlap within some latency.
+    emu.faults.hold("search")
+    calls = [asyncio.create_task(status_of(http)) for _ in range(5)]
     async with asyncio.timeout(10):
-        statuses = await asyncio.gather(*(status_of(http) for _ in range(5)))
+        assert await emu.faults.wait_parked(5, "search") == 5
+        assert emu.stats.in_flight == 5
+        emu.faults.release("search")
+        statuses = await asyncio.gather(*calls)
     assert statuses == [200] * 5
     assert emu.stats.max_in_flight == 5
     assert emu.stats.max_in_flight_by_endpoint == {"search": 5}
@@ -328,13 +333,165 @@ async def test_in_flight_counters_see_the_real_concurrency(
 async def test_a_client_giving_up_leaves_no_request_in_flight(
     http: aiohttp.ClientSession, emu: ServiceEmulator
 ) -> None:
-    emu.faults.set("search", latency=5.0)
-    with pytest.raises(asyncio.TimeoutError):
-        async with http.post("/v2/search", json={}, timeout=aiohttp.ClientTimeout(total=0.2)):
-            pass
-    for _ in range(500):  # the server notices the closed connection a moment later
+    # The request is parked until the client has given up: the gate never opens, so only the
+    # client's going away can end it (no bet on a latency being longer than a timeout).
+    emu.faults.hold("search")
+    call = asyncio.create_task(status_of(http))
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(1, "search")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(1000):  # the server notices the closed connection a moment later
         if not emu.stats.in_flight:
             break
         await asyncio.sleep(0.01)
     assert emu.stats.in_flight == 0
+    assert emu.faults.parked() == 0
     assert emu.stats.max_in_flight == 1
+
+
+# ------------------------------------------------------------------------------ gates
+
+
+async def test_a_gate_parks_requests_until_released(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.hold("search")
+    assert emu.faults.held() == ["search"]
+    calls = [asyncio.create_task(status_of(http)) for _ in range(3)]
+    async with asyncio.timeout(10):
+        assert await emu.faults.wait_parked(3, "search") == 3
+    # Parked: counted, in flight, and nothing answered.
+    assert emu.faults.parked("search") == emu.faults.parked() == 3
+    assert emu.stats.count("search") == 3
+    assert emu.stats.in_flight == 3
+    assert not any(call.done() for call in calls)
+    # Other endpoints are not held.
+    async with http.get("/v2/link", params={"url": emu.page_urls[0]}) as response:
+        assert response.status == 200
+    emu.faults.release("search")
+    async with asyncio.timeout(10):
+        assert await asyncio.gather(*calls) == [200, 200, 200]
+    assert emu.faults.held() == []
+    assert emu.faults.parked() == 0
+    assert await status_of(http) == 200  # an open gate parks nothing
+
+
+async def test_a_released_request_still_meets_the_other_faults(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.hold("*")
+    emu.faults.script("search", [503])
+    call = asyncio.create_task(status_of(http))
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(1)
+        assert emu.faults.remaining_script("search") == [503]  # not drawn while parked
+        emu.faults.release()
+        assert await call == 503
+
+
+async def test_after_lets_that_many_requests_pass_before_parking(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.hold("search", after=2)
+    assert await status_of(http) == 200
+    assert await status_of(http) == 200
+    third = asyncio.create_task(status_of(http))
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(1, "search")
+        assert not third.done()
+        emu.faults.clear()  # clearing every fault opens the gates too
+        assert await third == 200
+    assert emu.faults.held() == []
+
+
+async def test_an_endpoint_gate_and_the_star_gate_both_hold(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.hold("search")
+    emu.faults.hold("*")
+    call = asyncio.create_task(status_of(http))
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(1, "search")
+        emu.faults.release("search")
+        # Still parked at the "*" gate.
+        assert await emu.faults.wait_parked(1, "search") == 1
+        assert not call.done()
+        emu.faults.release("*")
+        assert await call == 200
+
+
+def test_gate_arguments_are_checked() -> None:
+    faults = Faults()
+    with pytest.raises(ValueError, match="unknown endpoint"):
+        faults.hold("nope")
+    with pytest.raises(ValueError, match="after"):
+        faults.hold("search", after=-1)
+    with pytest.raises(ValueError, match="unknown endpoint"):
+        faults.release("nope")
+    with pytest.raises(ValueError, match="unknown endpoint"):
+        faults.parked("nope")
+    faults.release()  # nothing held: nothing to do
+    assert faults.held() == []
+
+
+async def test_wait_parked_refuses_a_count_below_one() -> None:
+    with pytest.raises(ValueError, match="count"):
+        await Faults().wait_parked(0)
+
+
+async def test_gates_over_http_for_a_server_in_another_process(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    async with http.post("/_emulator/faults/gate", json={"endpoint": "extract", "after": 1}) as r:
+        assert r.status == 200
+        assert await r.json() == {"held": ["extract"], "parked": {}}
+    job = emu.jobs()[0]["id"]
+
+    async def extract() -> int:
+        async with http.get(f"/v2/extract/{job}") as response:
+            await response.read()
+            return response.status
+
+    assert await extract() == 200  # the one `after` lets through
+    calls = [asyncio.create_task(extract()) for _ in range(2)]
+    async with http.get(
+        "/_emulator/faults/gate", params={"parked": "2", "endpoint": "extract", "timeout": "10"}
+    ) as r:
+        assert r.status == 200
+        assert await r.json() == {"held": ["extract"], "parked": {"extract": 2}}
+    assert not any(call.done() for call in calls)
+    async with http.get("/_emulator/faults/gate", params={"parked": "3", "timeout": "0.05"}) as r:
+        assert r.status == 504
+    async with http.delete("/_emulator/faults/gate", params={"endpoint": "extract"}) as r:
+        assert r.status == 200
+        assert (await r.json())["held"] == []
+    async with asyncio.timeout(10):
+        assert await asyncio.gather(*calls) == [200, 200]
+    async with http.get("/_emulator/faults/gate") as r:
+        assert await r.json() == {"held": [], "parked": {}}
+
+
+@pytest.mark.parametrize(
+    ("method", "query", "body"),
+    [
+        ("POST", {}, {"endpoint": "nope"}),
+        ("POST", {}, {"endpoint": "search", "after": -1}),
+        ("POST", {}, {"endpoint": "search", "latency": 1}),
+        ("DELETE", {"endpoint": "nope"}, None),
+        ("GET", {"parked": "x"}, None),
+        ("GET", {"parked": "1", "endpoint": "nope"}, None),
+        ("GET", {"parked": "1", "timeout": "0"}, None),
+    ],
+)
+async def test_bad_gate_control_requests_are_refused(
+    http: aiohttp.ClientSession,
+    emu: ServiceEmulator,
+    method: str,
+    query: dict[str, str],
+    body: dict[str, Any] | None,
+) -> None:
+    async with http.request(method, "/_emulator/faults/gate", params=query, json=body) as r:
+        assert r.status == 422
+    assert emu.faults.held() == []

@@ -237,6 +237,21 @@ seeded RNG, one draw per request. A script holds HTTP statuses (2xx answers norm
 endpoint's own script goes before the "*" script. Faults apply before authentication, to
 every service endpoint and never to the control API.
 
+Gates hold "the other side is still running" for exactly as long as a test needs, with no bet
+on latency::
+
+    emu.faults.hold("extract")           # or "*"; after=N lets N more pass first
+    task = asyncio.create_task(export_everything())
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(2, "extract")  # two requests are waiting at the gate
+    ...                                  # act while they are held
+    emu.faults.release("extract")        # or release() for every gate; they go on
+
+A parked request is counted (``stats``, ``requests``) and in flight, its connection open and
+nothing answered; once released it meets the other faults (latency, script, rates) and gets its
+answer. ``held()`` lists the closed gates, ``parked(endpoint=None)`` counts the requests parked
+now; ``clear()`` also opens the gates. Call them from the emulator's event loop (or over HTTP).
+
 Counters: ``emu.requests`` (``RecordedRequest(method, path, endpoint, base_id, query,
 status)``, status None for a dropped connection; the latest 100,000) and ``emu.stats``:
 ``counts`` (endpoint -> requests, faulted ones included), ``count(endpoint=None)``,
@@ -250,7 +265,13 @@ HTTP control API (for a server in another process; needs ``X-Api-Key``)
 - ``POST /_emulator/faults`` ``{"endpoint": "search", "latency": 0.05, "rate_429": 0.2}``
   (setting names as in Python; endpoint defaults to "*")
 - ``POST /_emulator/faults/script`` ``{"endpoint": "extract", "sequence": [503, "drop", 200]}``
-- ``DELETE /_emulator/faults[?endpoint=search]``
+- ``DELETE /_emulator/faults[?endpoint=search]`` (also opens that endpoint's gate, or all)
+- ``POST /_emulator/faults/gate`` ``{"endpoint": "extract", "after": 0}`` holds a gate
+  (endpoint defaults to "*", after to 0); ``DELETE /_emulator/faults/gate[?endpoint=extract]``
+  releases one, or all;
+  ``GET /_emulator/faults/gate`` -> ``{"held": ["extract"], "parked": {"extract": 2}}``, and
+  with ``?parked=2[&endpoint=extract][&timeout=10]`` it answers once at least that many
+  requests are parked (504 when ``timeout`` seconds, default 10, pass first)
 - ``GET /_emulator/stats`` -> ``{"counts", "total", "inFlight", "maxInFlight",
   "inFlightByEndpoint", "maxInFlightByEndpoint", "lastSearchMs"}``;
   ``POST /_emulator/stats/reset``

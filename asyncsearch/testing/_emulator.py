@@ -420,6 +420,9 @@ class ServiceEmulator:
             web.post("/_emulator/faults", self._control_faults_set),
             web.delete("/_emulator/faults", self._control_faults_clear),
             web.post("/_emulator/faults/script", self._control_faults_script),
+            web.get("/_emulator/faults/gate", self._control_gate_get),
+            web.post("/_emulator/faults/gate", self._control_gate_hold),
+            web.delete("/_emulator/faults/gate", self._control_gate_release),
             web.get("/_emulator/stats", self._control_stats),
             web.post("/_emulator/stats/reset", self._control_stats_reset),
             web.post("/_emulator/resources", self._control_add_resource),
@@ -446,6 +449,7 @@ class ServiceEmulator:
         )
         self.stats._enter(record)
         try:
+            await self.faults.pass_gate(name)
             decision = self.faults.decide(name)
             if decision.latency > 0:
                 await asyncio.sleep(decision.latency)
@@ -684,6 +688,49 @@ class ServiceEmulator:
         except ValueError as exc:
             raise validation_error(str(exc), "endpoint") from None
         return _json(self.faults.snapshot())
+
+    async def _control_gate_get(self, request: web.Request) -> web.StreamResponse:
+        endpoint = request.query.get("endpoint")
+        wanted = request.query.get("parked")
+        if wanted is None:
+            return _json(self.faults.gate_snapshot())
+        try:
+            count = int(wanted)
+            timeout = float(request.query.get("timeout", "10"))
+            if not 0 < timeout <= 600:
+                raise ValueError("timeout must be in (0, 600] seconds")
+            if endpoint is not None:
+                self.faults.parked(endpoint)  # checks the name
+            async with asyncio.timeout(timeout):
+                await self.faults.wait_parked(count, endpoint)
+        except TimeoutError:
+            raise EmulatorHTTPError(
+                504, f"fewer than {wanted} requests were parked after {timeout:g} s"
+            ) from None
+        except ValueError as exc:
+            raise validation_error(str(exc)) from None
+        return _json(self.faults.gate_snapshot())
+
+    async def _control_gate_hold(self, request: web.Request) -> web.StreamResponse:
+        body = await self._control_body(request)
+        endpoint = body.pop("endpoint", "*")
+        after = body.pop("after", 0)
+        if body:
+            raise validation_error(f"unknown gate settings {sorted(body)}; known: endpoint, after")
+        if not isinstance(endpoint, str):
+            raise validation_error("endpoint must be a string", "endpoint")
+        try:
+            self.faults.hold(endpoint, after=after)
+        except ValueError as exc:
+            raise validation_error(str(exc)) from None
+        return _json(self.faults.gate_snapshot())
+
+    async def _control_gate_release(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self.faults.release(request.query.get("endpoint"))
+        except ValueError as exc:
+            raise validation_error(str(exc), "endpoint") from None
+        return _json(self.faults.gate_snapshot())
 
     async def _control_stats(self, request: web.Request) -> web.StreamResponse:
         return _json(self.stats.snapshot())

@@ -3,15 +3,18 @@
 Settings are kept per endpoint ("search", "extract", "link", "webhook_logs", "webhook_log")
 and for "*" (all of them); an endpoint's own settings override the "*" ones field by field.
 Rates are probabilities drawn from one seeded RNG per emulator (one draw per request), so a run
-is reproducible; scripts are exact: each request takes the next scripted action.
+is reproducible; scripts are exact: each request takes the next scripted action. A gate
+(``hold``/``release``) parks requests until the test lets them go, so a test can keep "the other
+side still running" for exactly as long as it needs, without betting on latency.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -123,6 +126,16 @@ def format_retry_after(value: float | str | None) -> str | None:
     return str(value)
 
 
+class _Gate:
+    """A closed gate: how many requests may still pass, and the event set when it opens."""
+
+    __slots__ = ("opened", "passes")
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.passes = 0
+
+
 class Faults:
     """Run-time fault settings and scripts of one emulator; see the module docstring."""
 
@@ -130,6 +143,10 @@ class Faults:
         self._settings: dict[str, dict[str, Any]] = {}
         self._scripts: dict[str, deque[int | str]] = {}
         self._rng = random.Random(seed)
+        # Closed gates by endpoint (or "*").
+        self._gates: dict[str, _Gate] = {}
+        self._parked: Counter[str] = Counter()
+        self._parked_changed: list[asyncio.Future[None]] = []
 
     def set(self, endpoint: str = "*", **settings: Any) -> FaultConfig:
         """Change some settings of an endpoint (or "*") and return its effective config.
@@ -165,14 +182,112 @@ class Faults:
             self._scripts.pop(endpoint, None)
 
     def clear(self, endpoint: str | None = None) -> None:
-        """Remove the settings and script of one endpoint, or of all when None."""
+        """Remove the settings, script and gate of one endpoint, or of all when None.
+
+        A closed gate is opened, so nothing stays parked.
+        """
         if endpoint is None:
             self._settings.clear()
             self._scripts.clear()
+            self.release()
             return
         _check_endpoint(endpoint)
         self._settings.pop(endpoint, None)
         self._scripts.pop(endpoint, None)
+        self.release(endpoint)
+
+    # ------------------------------------------------------------------ gates
+
+    def hold(self, endpoint: str = "*", *, after: int = 0) -> None:
+        """Close the gate of an endpoint (or "*", every endpoint) until ``release``.
+
+        The next ``after`` requests still pass; each later request that reaches the closed gate
+        is counted and parked (it stays in flight, the connection open, nothing answered);
+        ``release`` lets the parked requests go on to the other faults and their answer. Holding
+        a held gate only resets ``after``. Use it where a test needs "the other side is still
+        running": hold, start it, ``await wait_parked()``, act, release. Call it from the
+        emulator's event loop (or over HTTP).
+        """
+        _check_endpoint(endpoint)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError("after must be a non-negative integer")
+        gate = self._gates.get(endpoint)
+        if gate is None:
+            gate = self._gates[endpoint] = _Gate()
+        gate.passes = after
+
+    def release(self, endpoint: str | None = None) -> None:
+        """Open the gate of an endpoint (or "*"), or every gate when None; idempotent."""
+        names = list(self._gates) if endpoint is None else [_check_endpoint(endpoint)]
+        for name in names:
+            gate = self._gates.pop(name, None)
+            if gate is not None:
+                gate.opened.set()
+
+    def held(self) -> list[str]:
+        """Return the endpoints (and "*") whose gate is closed, sorted."""
+        return sorted(self._gates)
+
+    def parked(self, endpoint: str | None = None) -> int:
+        """Return how many requests to ``endpoint`` (all when None) are parked at a gate now."""
+        if endpoint is None:
+            return sum(self._parked.values())
+        _check_endpoint(endpoint)
+        if endpoint == "*":
+            return sum(self._parked.values())
+        return self._parked[endpoint]
+
+    async def wait_parked(self, count: int = 1, endpoint: str | None = None) -> int:
+        """Wait until at least ``count`` requests to ``endpoint`` (all when None) are parked.
+
+        Returns the number parked. It waits as long as it takes: put it under a deadline
+        (``asyncio.timeout``) in a test.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError("count must be a positive integer")
+        while True:
+            now = self.parked(endpoint)
+            if now >= count:
+                return now
+            waiter = asyncio.get_running_loop().create_future()
+            self._parked_changed.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._parked_changed:
+                    self._parked_changed.remove(waiter)
+
+    def gate_snapshot(self) -> dict[str, Any]:
+        """Return the closed gates and the parked requests as JSON-ready data."""
+        return {
+            "held": self.held(),
+            "parked": {name: n for name, n in sorted(self._parked.items()) if n},
+        }
+
+    async def pass_gate(self, endpoint: str) -> None:
+        """Park a request to ``endpoint`` while its gate or the "*" gate is closed."""
+        while True:
+            gate = self._gates.get(endpoint) or self._gates.get("*")
+            if gate is None:
+                return
+            if gate.passes > 0:
+                gate.passes -= 1
+                return
+            self._parked[endpoint] += 1
+            self._notify_parked()
+            try:
+                await gate.opened.wait()
+            finally:
+                self._parked[endpoint] -= 1
+                if not self._parked[endpoint]:
+                    del self._parked[endpoint]
+                self._notify_parked()
+
+    def _notify_parked(self) -> None:
+        waiters, self._parked_changed = self._parked_changed, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def reseed(self, seed: int) -> None:
         """Restart the random draws from ``seed`` (for reproducible runs)."""
