@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +23,28 @@ LOG_ID = "4c5d6e7f-8a9b-4c0d-9e1f-2a3b4c5d6e7f"
 EMULATOR_KEY = "test-key"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Seconds a test may outlive its pytest-timeout before the whole run is stopped.
+HARD_STOP_GRACE = 30.0
+
+
+def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> None:
+    """Arm a hard stop at the test's timeout plus ``HARD_STOP_GRACE`` (beside pytest-timeout's).
+
+    pytest-timeout's signal method raises its failure in whatever frame runs when the alarm
+    fires, once. If that frame is a background task (a page prefetch, a server handler), asyncio
+    stores the failure in that task and the test runs on: an endless page walk then never ends.
+    faulthandler's watchdog is a C thread that needs neither the event loop nor the GIL: it
+    prints every thread's stack and exits, so a broken promise fails the run in bounded time.
+    """
+    timeout = getattr(settings, "timeout", None)
+    if timeout:
+        faulthandler.dump_traceback_later(timeout + HARD_STOP_GRACE, exit=True, file=sys.__stderr__)
+
+
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    """Disarm the hard stop of ``pytest_timeout_set_timer``."""
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)

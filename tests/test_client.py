@@ -663,6 +663,22 @@ async def test_children_fail_once_the_parent_is_closed(serve: Serve) -> None:
     assert server.seen == []
 
 
+async def test_the_session_the_client_created_is_closed_by_aclose(serve: Serve) -> None:
+    server = await serve(routes(SAMPLE_ROUTES))
+    client = make_client(server)
+    child = client.with_options(max_retries=0)
+    await client.get_extraction(JOB_ID)
+    session = client._shared.transport._session
+    assert isinstance(session, aiohttp.ClientSession)
+    connector = session.connector
+    assert connector is not None
+    await child.aclose()
+    assert not session.closed  # a derived client shares the pool and does not own it
+    await client.aclose()
+    assert session.closed
+    assert connector.closed
+
+
 async def test_session_passed_in_is_used_and_not_closed(serve: Serve) -> None:
     server = await serve(routes(SAMPLE_ROUTES))
     async with aiohttp.ClientSession() as session:

@@ -7,7 +7,7 @@ import datetime
 import json
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,71 @@ async def test_concurrency_is_never_exceeded(serve: Serve) -> None:
     assert all(r.ok for r in results)
     assert len(server.seen) == 400
     assert server.max_in_flight == 7
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+async def test_iter_extractions_yields_every_failed_id_once_with_its_error(
+    serve: Serve, no_backoff: list[float], ordered: bool
+) -> None:
+    ids = job_ids(40)
+    script = {ids[i]: [404] for i in (2, 9, 31)} | {ids[i]: [500, 500, 500] for i in (5, 20)}
+    server = await serve(extract_handler(script=script))
+    wanted: list[str] = [*ids, "not-a-uuid"]
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=2) as client:
+        results = [r async for r in client.iter_extractions(wanted, concurrency=6, ordered=ordered)]
+    assert sorted(str(r.job_id) for r in results) == sorted(wanted)  # each id exactly once
+    failed = {str(r.job_id): r.error for r in results if not r.ok}
+    assert set(failed) == {ids[2], ids[9], ids[31], ids[5], ids[20], "not-a-uuid"}
+    for i in (2, 9, 31):
+        assert isinstance(failed[ids[i]], NotFoundError)
+    for i in (5, 20):
+        assert isinstance(failed[ids[i]], InternalServerError)
+        assert failed[ids[i]].attempts == 3  # type: ignore[union-attr]
+    assert isinstance(failed["not-a-uuid"], InvalidRequestError)
+    for result in results:
+        assert (result.job is None) == (not result.ok)
+
+
+async def test_iter_extractions_pulls_ids_no_further_than_its_concurrency(serve: Serve) -> None:
+    # fan_out's own bound, apart from AdaptiveConcurrency's: while every call is held, only
+    # `concurrency` ids have been taken from a lazy source (the adaptive limit alone would let
+    # an unbounded fan-out take ids it cannot send yet).
+    release = asyncio.Event()
+    held = 0
+    all_held = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal held
+        held += 1
+        if held == 4:
+            all_held.set()
+        await release.wait()
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1]))
+
+    server = await serve(handler)
+    pulled = 0
+
+    def source() -> Iterator[str]:
+        nonlocal pulled
+        for job_id in job_ids(10_000):
+            pulled += 1
+            yield job_id
+
+    async with (
+        AsyncSearchClient(API_KEY, base_url=server.base_url) as client,
+        client.iter_extractions(source(), concurrency=4) as results,
+    ):
+        first = asyncio.create_task(anext(results))
+        async with asyncio.timeout(10):
+            await all_held.wait()
+        for _ in range(20):
+            await asyncio.sleep(0)  # room to pull more, if anything would
+        assert pulled == 4
+        assert server.max_in_flight == 4
+        release.set()
+        async with asyncio.timeout(10):
+            assert (await first).ok
+    assert server.max_in_flight == 4
 
 
 async def test_ordered_iteration_keeps_input_order(serve: Serve) -> None:
@@ -321,9 +386,21 @@ async def test_retry_budget_none_turns_it_off(serve: Serve, no_backoff: list[flo
     assert len(server.seen) == 600
 
 
-async def test_retry_after_pauses_the_whole_batch(serve: Serve) -> None:
+async def test_retry_after_pauses_the_whole_batch(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
     arrivals: list[float] = []
     first = True
+    # The other first calls are answered only once the client has taken in the 429 (it is
+    # sleeping before its retry): no bet that a 429 outruns answers sent 20 ms later.
+    throttled = asyncio.Event()
+    real_sleep = _client._sleep
+
+    async def backoff(delay: float) -> None:
+        throttled.set()
+        await real_sleep(delay)
+
+    monkeypatch.setattr(_client, "_sleep", backoff)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         nonlocal first
@@ -331,15 +408,16 @@ async def test_retry_after_pauses_the_whole_batch(serve: Serve) -> None:
         if first:
             first = False
             return web.json_response({}, status=429, headers={"Retry-After": "0.5"})
-        await asyncio.sleep(0.02)
+        await throttled.wait()
         return web.json_response(job_body(request.path.rsplit("/", 1)[1]))
 
     server = await serve(handler)
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
-        results = await client.gather_extractions(job_ids(12), concurrency=4)
+        async with asyncio.timeout(20):
+            results = await client.gather_extractions(job_ids(12), concurrency=4)
     assert all(r.ok for r in results)
     throttled_at = arrivals[0]
-    later = arrivals[4:]  # the first four went out together, before the 429 came back
+    later = arrivals[4:]  # at most four went out before the 429 was taken in
     assert later
     assert min(later) >= throttled_at + 0.4, "new calls started while the service said wait"
 
@@ -348,12 +426,21 @@ async def test_overload_shrinks_concurrency(serve: Serve, no_backoff: list[float
     in_flight = 0
     seen_in_flight: list[int] = []
 
+    first_wave = asyncio.Event()
+
     async def handler(request: web.Request) -> web.StreamResponse:
         nonlocal in_flight
         in_flight += 1
         seen_in_flight.append(in_flight)
+        if in_flight == 16:
+            first_wave.set()
         try:
-            await asyncio.sleep(0.005)
+            if len(seen_in_flight) <= 16:
+                await first_wave.wait()  # the first 16 are all in flight before any answer
+            else:
+                # Held a moment, so that calls the client lets overlap are seen to overlap
+                # (a slow client can only make the bound look tighter, never fail it).
+                await asyncio.sleep(0.005)
             return web.json_response({}, status=429)
         finally:
             in_flight -= 1
@@ -362,7 +449,8 @@ async def test_overload_shrinks_concurrency(serve: Serve, no_backoff: list[float
     async with AsyncSearchClient(
         API_KEY, base_url=server.base_url, max_retries=0, retry_budget=None
     ) as client:
-        results = await client.gather_extractions(job_ids(300), concurrency=16)
+        async with asyncio.timeout(20):
+            results = await client.gather_extractions(job_ids(300), concurrency=16)
     assert all(isinstance(r.error, RateLimitError) for r in results)
     assert len(server.seen) == 300
     assert max(seen_in_flight[:16]) == 16
@@ -416,14 +504,26 @@ async def test_leaving_a_bulk_fetch_early_cleans_up(serve: Serve, how: str) -> N
         assert held_connections(client) == 0
 
 
-async def test_cancelling_during_a_backoff_sleep(serve: Serve) -> None:
+async def test_cancelling_during_a_backoff_sleep(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sleeping = 0
+    all_sleeping = asyncio.Event()
+
+    async def backoff(delay: float) -> None:
+        nonlocal sleeping
+        sleeping += 1
+        if sleeping == 4:
+            all_sleeping.set()
+        await asyncio.Event().wait()  # a backoff that lasts until the cancellation
+
+    monkeypatch.setattr(_client, "_sleep", backoff)
     server = await serve(extract_handler(default=503))
     async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=5) as client:
         task = asyncio.create_task(client.gather_extractions(job_ids(4), concurrency=4))
-        async with asyncio.timeout(5):
-            while len(server.seen) < 4:  # noqa: ASYNC110 - the server state has no event
-                await asyncio.sleep(0.005)
-        await asyncio.sleep(0.01)  # every call is now sleeping before its retry
+        async with asyncio.timeout(10):
+            await all_sleeping.wait()  # every call is now sleeping before its retry
+        assert len(server.seen) == 4
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

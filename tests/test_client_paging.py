@@ -41,7 +41,7 @@ def paged_search(
     ignore_page: bool = False,
     empty_from: int | None = None,
     overlap: int = 0,
-    arrivals: dict[int, float] | None = None,
+    arrived: dict[int, threading.Event] | None = None,
 ) -> Handler:
     """A search endpoint with ``total`` hits, pages counted from 1."""
 
@@ -50,8 +50,8 @@ def paged_search(
         pagination = body.get("pagination", {})
         page = 1 if ignore_page else pagination.get("page", 1)
         size = pagination.get("pageSize", 10)
-        if arrivals is not None:
-            arrivals[page] = time.monotonic()
+        if arrived is not None and page in arrived:
+            arrived[page].set()
         if latency:
             await asyncio.sleep(latency)
         start = max((page - 1) * size - overlap * (page > 1), 0)
@@ -128,11 +128,31 @@ async def test_server_ignoring_the_page_number_ends_quietly(
     serve: Serve, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = await serve(paged_search(100, ignore_page=True))
-    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+    # Its own bound: without the repeated-page guard this walk never ends.
+    async with asyncio.timeout(5), AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         ids = [h.id async for h in client.search_hits("q", page_size=10)]
     assert ids == [f"hit-{i}" for i in range(10)]
     assert len(server.seen) == 2
     assert any(r.levelno == logging.WARNING for r in caplog.records)
+
+
+@pytest.mark.parametrize("page_size", [0, -1, -100])
+async def test_a_page_size_below_one_is_refused_before_anything_is_sent(
+    serve: Serve, page_size: int
+) -> None:
+    server = await serve(paged_search(100))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        with pytest.raises(InvalidRequestError, match="page_size"):
+            await client.search("q", page_size=page_size)
+        with pytest.raises(InvalidRequestError, match="page_size"):
+            [p async for p in client.search_pages("q", page_size=page_size)]
+        with pytest.raises(InvalidRequestError, match="page_size"):
+            [h async for h in client.search_hits("q", page_size=page_size)]
+        assert [h.id async for h in client.search_hits("q", page_size=1, max_items=2)] == [
+            "hit-0",
+            "hit-1",
+        ]
+    assert searches(server) == [1, 2]  # only the valid walk reached the server
 
 
 async def test_empty_page_ends_the_walk_whatever_has_more_says(serve: Serve) -> None:
@@ -168,33 +188,25 @@ async def test_arguments_are_validated_before_anything_is_sent(serve: Serve) -> 
     assert server.seen == []
 
 
-def busy(seconds: float) -> None:
-    """CPU-bound work that never yields to the event loop."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 @pytest.mark.parametrize("prefetch", [True, False])
 async def test_prefetch_sends_the_next_request_before_the_caller_finishes(prefetch: bool) -> None:
-    arrivals: dict[int, float] = {}
-    finished: dict[int, float] = {}
+    arrived = {n: threading.Event() for n in range(1, 7)}
     app = web.Application()
-    app.router.add_post("/v2/search", paged_search(50, latency=0.02, arrivals=arrivals))
+    app.router.add_post("/v2/search", paged_search(50, arrived=arrived))
     with ThreadedServer(app) as server:
         async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
             number = 0
             async for page in client.search_pages("q", page_size=10, prefetch=prefetch):
                 number += 1
                 assert page.hits
-                busy(0.05)  # blocks the loop: only a request already sent makes progress
-                finished[number] = time.monotonic()
+                # The caller's work blocks the loop: only a request already sent can reach the
+                # server (in its own thread) meanwhile. Held by an event, not a stopwatch.
+                if number < 5:
+                    if prefetch:
+                        assert arrived[number + 1].wait(10), f"page {number + 1} not sent ahead"
+                    else:
+                        assert not arrived[number + 1].wait(0.05)
     assert number == 5
-    for n in range(1, 5):
-        if prefetch:
-            assert arrivals[n + 1] < finished[n], f"page {n + 1} was not requested in time"
-        else:
-            assert arrivals[n + 1] > finished[n]
 
 
 async def _walk_then_leave(client: AsyncSearchClient, how: str) -> None:

@@ -123,6 +123,27 @@ async def test_tls_is_verified_by_default_and_a_bad_certificate_is_not_retried(
     assert tls_server.requests == 0
 
 
+async def test_no_path_of_a_default_client_skips_certificate_verification(
+    ca: trustme.CA, sleeps: list[float]
+) -> None:
+    # An independent guard of the default: a search (POST), a derived client and a bulk fetch,
+    # to a server whose certificate is valid for its name but signed by a CA nobody trusts.
+    async with raw_server(job_answer(), tls=server_tls(ca, "127.0.0.1", "localhost")) as server:
+        async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+            derived = client.with_options(max_retries=2, timeout=5)
+            async with asyncio.timeout(BOUND):
+                with pytest.raises(APIConnectionError, match="certificate"):
+                    await client.search("invoice")
+                with pytest.raises(APIConnectionError, match="certificate"):
+                    await derived.get_extraction(JOB_ID)
+                [result] = await client.gather_extractions([JOB_ID])
+        assert isinstance(result.error, APIConnectionError)
+        assert "certificate" in str(result.error)
+        await server.wait_all_closed()
+    assert server.established == 0
+    assert server.requests == 0
+
+
 async def test_a_certificate_for_another_name_is_refused(ca: trustme.CA) -> None:
     async with raw_server(job_answer(), tls=server_tls(ca, "api.example.test")) as server:
         client = make_client(server, ssl=trusting(ca), max_retries=3)
