@@ -148,16 +148,20 @@ async def test_fan_out_unordered_yields_as_completed() -> None:
 async def test_fan_out_ordered_holds_back_a_finished_item_until_the_head_is_done() -> None:
     gates = {i: asyncio.Event() for i in range(2)}
     finished: list[int] = []
+    one_finished = asyncio.Event()
 
     async def func(i: int) -> int:
         await gates[i].wait()
         finished.append(i)
+        if i == 1:
+            one_finished.set()
         return i
 
     async with asyncio.timeout(5), fan_out(func, range(2), ordered=True) as outcomes:
         gates[1].set()
         head = asyncio.ensure_future(anext(outcomes))
-        await asyncio.sleep(0.02)
+        await one_finished.wait()
+        await turns()
         assert finished == [1]
         assert not head.done()
         gates[0].set()
@@ -375,7 +379,7 @@ async def test_fan_out_reads_items_lazily_and_a_slow_consumer_holds_calls_back()
     async with fan_out(func, items(), concurrency=concurrency) as fo:
         async for _ in fo:
             consumed += 1
-            await asyncio.sleep(0.001)  # a slow consumer: the workers run ahead as far as allowed
+            await turns(20)  # a slow consumer: the workers run ahead as far as allowed
             ahead.append(pulled - consumed)
             if consumed == 50:
                 break
@@ -495,9 +499,11 @@ async def test_fan_out_every_way_out_leaves_nothing_running(how: str) -> None:
         if how == "cancelled_in_body":
             await turns()
     elif how == "anyio_timeout":
-        with anyio.move_on_after(0.05) as scope:
+        # The deadline passes once the first result is in (the rest under way), not after a
+        # wall-clock time the machine may need just to start them.
+        with anyio.move_on_after(3600) as scope:
             async for _ in make():
-                pass
+                scope.deadline = anyio.current_time()
         assert scope.cancelled_caught
     elif how == "break":
         async for _ in make():
@@ -522,7 +528,13 @@ async def test_fan_out_cleanup_completes_inside_a_cancelled_anyio_scope() -> Non
     before = other_tasks()
     cleaned: list[int] = []
 
+    running = 0
+
     async def func(i: int) -> int:
+        nonlocal running
+        running += 1
+        if running == 3:
+            scope.deadline = anyio.current_time()  # all three calls are under way: time is up
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -533,7 +545,7 @@ async def test_fan_out_cleanup_completes_inside_a_cancelled_anyio_scope() -> Non
 
     # anyio cancels the consumer again on every loop turn until it leaves the scope: only a
     # shielded cleanup gets to wait for the calls it cancelled.
-    with anyio.move_on_after(0.05) as scope:
+    with anyio.move_on_after(3600) as scope:
         async for _ in fan_out(func, range(10), concurrency=3):
             pass
     assert scope.cancelled_caught
@@ -728,9 +740,11 @@ async def test_fan_out_waits_while_the_controller_is_paused() -> None:
     paused_at = time.monotonic()
     controller.pause(0.2)
     async with fan_out(func, range(5), controller=controller) as fo:
-        await asyncio.sleep(0.05)
+        first = asyncio.ensure_future(anext(fo))
+        await turns(20)
         assert started == []  # paused: nothing may start
-        assert len([o async for o in fo]) == 5
+        assert (await first).ok
+        assert len([o async for o in fo]) == 4
     assert min(started) >= paused_at + 0.2
 
 
@@ -1321,9 +1335,11 @@ async def test_pager_every_way_out_leaves_nothing_running(how: str) -> None:
         if how == "cancelled_in_body":
             await turns()
     elif how == "anyio_timeout":
-        with anyio.move_on_after(0.05) as scope:
+        # The deadline passes once the first result is in (the rest under way), not after a
+        # wall-clock time the machine may need just to start them.
+        with anyio.move_on_after(3600) as scope:
             async for _ in make():
-                pass
+                scope.deadline = anyio.current_time()
         assert scope.cancelled_caught
     elif how == "break":
         async for _ in make():
@@ -1348,6 +1364,7 @@ async def test_pager_cleanup_completes_inside_a_cancelled_anyio_scope() -> None:
 
     async def fetch(n: int) -> FakePage:
         if n > 1:
+            scope.deadline = anyio.current_time()  # page 2 is under way: time is up
             try:
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
@@ -1356,7 +1373,7 @@ async def test_pager_cleanup_completes_inside_a_cancelled_anyio_scope() -> None:
                 raise
         return FakePage(n, (f"p{n}",), more=True)
 
-    with anyio.move_on_after(0.05) as scope:
+    with anyio.move_on_after(3600) as scope:
         async for _ in make_pager(fetch):
             pass
     assert scope.cancelled_caught

@@ -745,7 +745,20 @@ async def test_one_permanent_failure_never_aborts_the_others(sleeps: list[float]
 # -- closing -------------------------------------------------------------------------------------
 
 
-async def test_closing_with_requests_in_flight_and_in_backoff() -> None:
+async def test_closing_with_requests_in_flight_and_in_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The webhook-logs call is held in its backoff until the client is closed: no bet that a
+    # 503 is taken in within some milliseconds.
+    in_backoff = asyncio.Event()
+    closed = asyncio.Event()
+
+    async def backoff(delay: float) -> None:
+        in_backoff.set()
+        await closed.wait()
+
+    monkeypatch.setattr(_client, "_sleep", backoff)
+
     async def respond(request: RawRequest, conn: Conn) -> bool:
         if "webhook-logs" in request.target:
             conn.writer.write(http_response(503, b"{}"))
@@ -755,15 +768,15 @@ async def test_closing_with_requests_in_flight_and_in_backoff() -> None:
 
     async with raw_server(respond) as server:
         client = make_client(server, max_retries=3)
-        client._shared.random.random = lambda: 1.0  # type: ignore[method-assign]
         tasks: list[asyncio.Task[Any]] = [
             asyncio.create_task(client.get_extraction(JOB_ID)) for _ in range(5)
         ]
         tasks.append(asyncio.create_task(client.list_webhook_logs(JOB_ID)))
         async with asyncio.timeout(BOUND):
             await server.wait_for_requests(6)
-            await asyncio.sleep(0.05)  # the webhook-logs call now sleeps before its retry
+            await in_backoff.wait()  # the webhook-logs call now sleeps before its retry
             await client.aclose()
+            closed.set()
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
             await server.wait_all_closed()
             assert all(type(o) is ClientClosedError for o in outcomes), outcomes

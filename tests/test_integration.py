@@ -306,14 +306,20 @@ async def test_rate_limit_with_long_retry_after_is_raised(
     assert fast_backoff == []
 
 
-async def test_latency_past_the_read_timeout(emu: ServiceEmulator) -> None:
-    emu.faults.set("webhook_logs", latency=1.0)
-    async with AsyncSearchClient(
-        KEY, base_url=emu.base_url, timeout=Timeout(read=0.1), max_retries=1
-    ) as client:
-        with pytest.raises(APITimeoutError) as info:
-            await client.list_webhook_logs(emu.jobs()[0]["id"])
+async def test_an_answer_held_past_the_read_timeout(emu: ServiceEmulator) -> None:
+    # Held at the gate until the client gave up: no bet on a latency outlasting a timeout.
+    emu.faults.hold("webhook_logs")
+    try:
+        async with AsyncSearchClient(
+            KEY, base_url=emu.base_url, timeout=Timeout(read=0.1), max_retries=1
+        ) as client:
+            with pytest.raises(APITimeoutError) as info:
+                async with asyncio.timeout(10):
+                    await client.list_webhook_logs(emu.jobs()[0]["id"])
+    finally:
+        emu.faults.release()
     assert info.value.attempts == 2
+    assert emu.stats.count("webhook_logs") == 2
 
 
 async def test_lean_search_skips_embeddings_everywhere(client: AsyncSearchClient) -> None:
