@@ -14,10 +14,12 @@ from typing import Any
 import asyncsearch
 from asyncsearch.testing import ServiceEmulator
 
+from .helpers import TIME_SCALE
+
 REPO_ROOT = Path(asyncsearch.__file__).resolve().parent.parent
 TEST_KEY = "test-key"
 #: Bound on one command run; each test is also bounded by pytest-timeout (60 s).
-RUN_TIMEOUT = 30.0
+RUN_TIMEOUT = 30.0 * TIME_SCALE
 
 
 @dataclass
@@ -43,6 +45,9 @@ def cli_env(emu: ServiceEmulator | None = None, **extra: str) -> dict[str, str]:
     # fixed here so the caller's terminal cannot change what the tests see.
     env["COLUMNS"] = "100"
     env["PYTHONIOENCODING"] = "utf-8"
+    # asyncio's debug mode (CI sets it) reports slow callbacks on stderr, which on a busy machine
+    # would land in the output under test.
+    env.pop("PYTHONASYNCIODEBUG", None)
     env.pop("FORCE_COLOR", None)
     env.pop("TTY_COMPATIBLE", None)
     if emu is not None:

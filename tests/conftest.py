@@ -17,6 +17,8 @@ from aiohttp.test_utils import TestServer
 
 from asyncsearch.testing import ServiceEmulator
 
+from .helpers import TIME_SCALE
+
 API_KEY = "sk-test-7f3a9c-DO-NOT-LOG"
 JOB_ID = "9b2e4c6a-1d3f-4a5b-8c7d-0e1f2a3b4c5d"
 LOG_ID = "4c5d6e7f-8a9b-4c0d-9e1f-2a3b4c5d6e7f"
@@ -25,7 +27,19 @@ EMULATOR_KEY = "test-key"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Seconds a test may outlive its pytest-timeout before the whole run is stopped.
-HARD_STOP_GRACE = 30.0
+HARD_STOP_GRACE = 30.0 * TIME_SCALE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scale every test's pytest-timeout by ``TIME_SCALE`` (see tests/helpers.py)."""
+    if TIME_SCALE == 1:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds:
+            item.add_marker(pytest.mark.timeout(seconds * TIME_SCALE), append=False)
 
 
 def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> None:

@@ -16,6 +16,7 @@ import pytest
 from asyncsearch import AsyncSearchClient, AuthenticationError
 
 from .cli_helpers import cli_env, finish, read_jsonl, run_cli, start_cli
+from .helpers import TIME_SCALE
 
 EXPORT_LINE = re.compile(
     r"export ASYNCSEARCH_BASE_URL=(?P<url>\S+) ASYNCSEARCH_API_KEY=(?P<key>\S+)"
@@ -84,7 +85,7 @@ async def test_serve_refuses_a_host_that_is_not_loopback() -> None:
 
 
 async def test_demo_runs_every_section_without_configuration() -> None:
-    result = await run_cli("demo", env=cli_env(), timeout=50)
+    result = await run_cli("demo", env=cli_env(), timeout=50 * TIME_SCALE)
     assert result.code == 0, result.stderr
     for heading in (
         "1. Search",

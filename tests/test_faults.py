@@ -61,12 +61,12 @@ from .faults_helpers import (
     raw_server,
     stall,
 )
-from .helpers import client_tasks, held_connections
+from .helpers import TIME_SCALE, client_tasks, held_connections
 
 pytestmark = pytest.mark.timeout(30)
 
 JOB = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
-BOUND = 10.0  # no case may take longer than this
+BOUND = 10.0 * TIME_SCALE  # no case may take longer than this
 Call = Callable[[AsyncSearchClient], Awaitable[object]]
 
 
@@ -260,7 +260,7 @@ async def test_transport_fault(case: str, sleeps: list[float]) -> None:
     assert len(sleeps) == attempts - 1
     if isinstance(result, APITimeoutError):
         # Each attempt ended at its own limit, not at the test's bound.
-        assert took < attempts * 1.0 + 1.0
+        assert took < (attempts * 1.0 + 1.0) * TIME_SCALE
     assert API_KEY not in repr(result) + repr(result.__cause__)
 
 
@@ -307,7 +307,7 @@ async def test_connect_timeout_on_a_full_accept_queue(sleeps: list[float]) -> No
         async with asyncio.timeout(BOUND):
             with pytest.raises(APITimeoutError, match="timed out connecting") as info:
                 await get_job(client)
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 2.0 * TIME_SCALE
         assert held_connections(client) == 0
         await client.aclose()
     assert info.value.attempts == 2
@@ -450,7 +450,7 @@ async def test_a_dead_service_costs_at_most_the_retry_budget(sleeps: list[float]
         emu.faults.set("extract", rate_503=1.0)
         budget = RetryBudget()
         async with make_client(emu.base_url, max_retries=3, retry_budget=budget) as client:
-            async with asyncio.timeout(20):
+            async with asyncio.timeout(20 * TIME_SCALE):
                 results = await client.gather_extractions(ids, concurrency=50)
         requests = emu.stats.count("extract")
     assert len(results) == 1000
@@ -640,7 +640,7 @@ async def test_5000_ids_never_exceed_the_concurrency(sleeps: list[float]) -> Non
         ids[4000] = "not-an-id"  # and an invalid id
         emu.faults.set("extract", latency=0.001)
         async with make_client(emu.base_url) as client:
-            async with asyncio.timeout(25):
+            async with asyncio.timeout(25 * TIME_SCALE):
                 results = await client.gather_extractions(ids, concurrency=12)
             assert held_connections(client) == 0
         stats = emu.stats

@@ -40,12 +40,12 @@ from .faults_helpers import (
     raw_server,
     stall,
 )
-from .helpers import held_connections
+from .helpers import TIME_SCALE, held_connections
 
 pytestmark = pytest.mark.timeout(30)
 
 JOB = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
-BOUND = 10.0
+BOUND = 10.0 * TIME_SCALE
 
 
 @pytest.fixture(autouse=True)
