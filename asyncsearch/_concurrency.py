@@ -854,8 +854,9 @@ class Pager(AsyncClosing, Generic[Y]):
     pages, with ``mode="items"`` the items of each page in turn. The walk ends quietly when
     ``has_more(page)`` is false or a page has no items; it also ends, with one WARNING on
     ``logger``, when a page repeats the previous page's items exactly (a service that ignores the
-    page number; that page is not yielded), when ``max_pages`` or ``max_items`` cut a walk that had
-    more to give, and, with ``dedupe``, after several pages in a row that bring nothing new.
+    page number; that page is not yielded) and, with ``dedupe``, after several pages in a row that
+    bring nothing new. When ``max_pages`` or ``max_items`` (caps the caller asked for) cut a walk
+    that had more to give, it ends with one DEBUG line saying where to resume.
 
     With ``prefetch`` (the default) the next page is requested while the caller works on the
     current one, and the request is given a head start of a few event-loop turns before the
@@ -1061,7 +1062,8 @@ class Pager(AsyncClosing, Generic[Y]):
         while True:
             if self._max_items is not None and self._accepted >= self._max_items:
                 if self._cut or self._next_fetch is not None:
-                    self._logger.warning(
+                    # DEBUG, not WARNING: the caller asked for this cap.
+                    self._logger.debug(
                         "stopped paging at max_items=%d; more results remain "
                         "(resume with start_page=%s)",
                         self._max_items,
@@ -1072,7 +1074,7 @@ class Pager(AsyncClosing, Generic[Y]):
             if page_no is None:
                 return None
             if self._max_pages is not None and self._pages_fetched >= self._max_pages:
-                self._logger.warning(
+                self._logger.debug(
                     "stopped paging at max_pages=%d; more results remain "
                     "(resume with start_page=%d)",
                     self._max_pages,

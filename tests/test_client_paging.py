@@ -100,15 +100,21 @@ async def test_first_page_option_and_start_page(serve: Serve) -> None:
         assert ids == [f"hit-{i}" for i in range(20, 30)]
 
 
-async def test_max_pages_warns_and_resumes(serve: Serve, caplog: pytest.LogCaptureFixture) -> None:
+async def test_max_pages_logs_at_debug_and_resumes(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="asyncsearch")
     server = await serve(paged_search(50))
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         pager = client.search_hits("q", page_size=10, max_pages=2)
         first = [h.id async for h in pager]
         assert len(first) == 20
         assert pager.next_page == 3
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1
+        # The cap was asked for: no WARNING, one DEBUG line saying where to resume.
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+        capped = [r for r in caplog.records if "stopped paging" in r.getMessage()]
+        assert [r.levelno for r in capped] == [logging.DEBUG]
+        assert "start_page=3" in capped[0].getMessage()
         rest = [h.id async for h in client.search_hits("q", page_size=10, start_page=3)]
     assert first + rest == [f"hit-{i}" for i in range(50)]
     # The capped walk never asked for page 3.

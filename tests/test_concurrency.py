@@ -1033,6 +1033,10 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def debug_lines_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 async def test_pager_ends_when_has_more_is_false(
     caplog: pytest.LogCaptureFixture, prefetch: bool
@@ -1083,7 +1087,8 @@ async def test_pager_stops_with_a_warning_when_a_page_repeats(
     assert "page 2 repeats page 1" in warning
 
 
-async def test_pager_stops_at_max_pages_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+async def test_pager_stops_at_max_pages_with_a_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="tests.pager")
     service = FakeService(endless(3))
     async with make_pager(service.fetch, max_pages=2) as pager:
         pages = [p async for p in pager]
@@ -1091,8 +1096,10 @@ async def test_pager_stops_at_max_pages_with_a_warning(caplog: pytest.LogCapture
     assert [p.number for p in pages] == [1, 2]
     assert service.calls == [1, 2]  # no prefetch past the cap
     assert pager.next_page == 3
-    [warning] = warnings_of(caplog)
-    assert "max_pages=2" in warning
+    # A cap the caller asked for is no warning; it is still said, at DEBUG.
+    assert warnings_of(caplog) == []
+    [line] = [m for m in debug_lines_of(caplog) if "stopped paging" in m]
+    assert "max_pages=2" in line
 
 
 async def test_max_pages_at_the_natural_end_is_no_warning(
@@ -1112,6 +1119,7 @@ async def test_max_pages_at_the_natural_end_is_no_warning(
 async def test_max_items_yields_exactly_that_many_items_and_fetches_no_more_pages(
     caplog: pytest.LogCaptureFixture, max_items: int, calls: list[int], next_page: int
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="tests.pager")
     service = FakeService(endless(3))
     async with make_pager(service.fetch, mode="items", max_items=max_items) as pager:
         items = [i async for i in pager]
@@ -1119,8 +1127,9 @@ async def test_max_items_yields_exactly_that_many_items_and_fetches_no_more_page
     assert len(items) == max_items
     assert service.calls == calls
     assert pager.next_page == next_page  # resuming there misses nothing
-    [warning] = warnings_of(caplog)
-    assert f"max_items={max_items}" in warning
+    assert warnings_of(caplog) == []
+    [line] = [m for m in debug_lines_of(caplog) if "stopped paging" in m]
+    assert f"max_items={max_items}" in line
 
 
 async def test_max_items_at_the_natural_end_is_no_warning(
