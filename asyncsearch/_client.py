@@ -13,26 +13,13 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Collection,
-    Coroutine,
     Iterable,
     Iterator,
     Mapping,
-    Sequence,
 )
 from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import (
-    Any,
-    Concatenate,
-    Generic,
-    Literal,
-    ParamSpec,
-    Self,
-    TypeAlias,
-    TypeVar,
-    cast,
-    overload,
-)
+from typing import Any, Generic, Literal, Self, TypeAlias, TypeVar, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -68,35 +55,38 @@ from ._errors import (
     WaitTimeoutError,
 )
 from ._models import (
+    TERMINAL_JOB_STATES,
+    ExtractionFormat,
     ExtractionJob,
+    JobState,
     LeanSearchHit,
     LeanSearchPage,
     LinkPreview,
-    SearchFilters,
+    LinkType,
     SearchHit,
     SearchHitId,
     SearchPage,
     SearchPageHead,
-    SearchQuery,
-    Sort,
     WebhookLog,
     WebhookLogSummary,
 )
-from ._protocol import Request, Response
+from ._protocol import Request, Response, SearchParams, SearchWalkParams
 from ._transport import USER_AGENT, Transport
 
 __all__ = [
     "APIResponse",
     "AsyncSearchClient",
+    "ExtractionFailure",
     "ExtractionResult",
     "ExtractionResults",
+    "ExtractionSuccess",
+    "RawResponseClient",
     "SearchPager",
 ]
 
 T = TypeVar("T")
 Y = TypeVar("Y")
 I = TypeVar("I")  # noqa: E741 - an item of a fan-out, next to T and Y
-P = ParamSpec("P")
 
 logger = logging.getLogger("asyncsearch")
 
@@ -272,28 +262,71 @@ def _check_number(name: str, value: object, *, minimum: float, integer: bool = F
     return value
 
 
-def _raw(
-    build: Callable[P, Request[T]],
-) -> Callable[Concatenate[_RawResponses, P], Coroutine[Any, Any, APIResponse[T]]]:
-    async def call(self: _RawResponses, /, *args: P.args, **kwargs: P.kwargs) -> APIResponse[T]:
-        return await self._client._send(build(*args, **kwargs))
+class RawResponseClient:
+    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead.
 
-    call.__name__ = build.__name__
-    call.__doc__ = f"Like ``AsyncSearchClient.{build.__name__}``, returning an ``APIResponse``."
-    return call
+    Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
+    client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
+    """
 
-
-class _RawResponses:
-    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead."""
+    __slots__ = ("_client",)
 
     def __init__(self, client: AsyncSearchClient) -> None:
         self._client = client
 
-    search = _raw(protocol.search)
-    get_extraction = _raw(protocol.get_extraction)
-    link_preview = _raw(protocol.link_preview)
-    list_webhook_logs = _raw(protocol.list_webhook_logs)
-    get_webhook_log = _raw(protocol.get_webhook_log)
+    @overload
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        embeddings: Literal[True] = True,
+        **params: Unpack[SearchParams],
+    ) -> APIResponse[SearchPage]: ...
+
+    @overload
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        embeddings: Literal[False],
+        **params: Unpack[SearchParams],
+    ) -> APIResponse[LeanSearchPage]: ...
+
+    async def search(
+        self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
+    ) -> APIResponse[SearchPage] | APIResponse[LeanSearchPage]:
+        """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
+        request = self._client._search_request(text, params)
+        if not embeddings:
+            return await self._client._send(protocol.without_embeddings(request))
+        return await self._client._send(request)
+
+    async def get_extraction(
+        self, job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
+    ) -> APIResponse[ExtractionJob]:
+        """Like ``AsyncSearchClient.get_extraction``, returning an ``APIResponse``."""
+        return await self._client._send(protocol.get_extraction(job_id, format=format))
+
+    async def link_preview(
+        self, url: str, *, type: LinkType | None = None
+    ) -> APIResponse[LinkPreview]:
+        """Like ``AsyncSearchClient.link_preview``, returning an ``APIResponse``."""
+        return await self._client._send(protocol.link_preview(url, type=type))
+
+    async def list_webhook_logs(
+        self, job_id: str | uuid.UUID
+    ) -> APIResponse[list[WebhookLogSummary]]:
+        """Like ``AsyncSearchClient.list_webhook_logs``, returning an ``APIResponse``."""
+        return await self._client._send(protocol.list_webhook_logs(job_id))
+
+    async def get_webhook_log(
+        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID
+    ) -> APIResponse[WebhookLog]:
+        """Like ``AsyncSearchClient.get_webhook_log``, returning an ``APIResponse``."""
+        return await self._client._send(protocol.get_webhook_log(job_id, log_id))
+
+    def __repr__(self) -> str:
+        return f"<RawResponseClient of {self._client!r}>"
 
 
 class SearchPager(Pager[Y]):
@@ -307,22 +340,50 @@ class SearchPager(Pager[Y]):
 
 
 @dataclass(frozen=True, slots=True)
-class ExtractionResult:
-    """The outcome of fetching one extraction job in a bulk call.
+class ExtractionSuccess:
+    """A job fetched by a bulk call: ``job_id`` exactly as given, and its ``job``."""
 
-    ``job_id`` is exactly what was given; ``job`` is the ``ExtractionJob`` or ``None``, and
-    ``error`` the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted retry,
-    a bad body, an invalid id) or ``None``.
+    job_id: str | uuid.UUID
+    job: ExtractionJob
+
+    @property
+    def error(self) -> None:
+        """Always None: the job was fetched."""
+        return None
+
+    @property
+    def ok(self) -> Literal[True]:
+        """Always True; after ``if result.ok:`` a type checker knows ``result.job`` is set."""
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionFailure:
+    """A job a bulk call could not fetch: ``job_id`` exactly as given, and the ``error``.
+
+    ``error`` is the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted
+    retry, a bad body, an invalid id).
     """
 
     job_id: str | uuid.UUID
-    job: ExtractionJob | None
-    error: AsyncSearchError | None
+    error: AsyncSearchError
 
     @property
-    def ok(self) -> bool:
-        """True when the job was fetched."""
-        return self.error is None
+    def job(self) -> None:
+        """Always None: the job was not fetched."""
+        return None
+
+    @property
+    def ok(self) -> Literal[False]:
+        """Always False."""
+        return False
+
+
+#: The outcome of fetching one extraction job in a bulk call: a tagged union on ``ok``, so
+#: ``if result.ok:`` narrows it to ``ExtractionSuccess`` (``.job`` is an ``ExtractionJob``) and
+#: the ``else`` branch to ``ExtractionFailure`` (``.error`` is set). ``isinstance(x,
+#: ExtractionResult)`` works too.
+ExtractionResult: TypeAlias = ExtractionSuccess | ExtractionFailure
 
 
 class ExtractionResults(AsyncClosing):
@@ -358,7 +419,7 @@ def _result_of(
     # is a bug below us, and it is still reported against its id rather than dropped.
     error = AsyncSearchError(f"unexpected error while fetching the job: {outcome.error!r}")
     error.__cause__ = outcome.error
-    return ExtractionResult(job_id=job_id, job=None, error=error)
+    return ExtractionFailure(job_id=job_id, error=error)
 
 
 class _Numbered:
@@ -782,25 +843,30 @@ class AsyncSearchClient:
     # -- endpoints ---------------------------------------------------------------------------
 
     @property
-    def with_raw_response(self) -> _RawResponses:
+    def with_raw_response(self) -> RawResponseClient:
         """The same endpoints, returning ``APIResponse`` with status, headers and attempts."""
-        return _RawResponses(self)
+        return RawResponseClient(self)
+
+    def _check_page(self, name: str, page: object) -> None:
+        # The spec fixes no bound for page; the client knows only where numbering starts.
+        first = self._options.first_page
+        if isinstance(page, int) and not isinstance(page, bool) and page < first:
+            raise InvalidRequestError(
+                f"{name} must be >= {first}, the client's first_page, got {page}"
+            )
+
+    def _search_request(self, text: str | None, params: SearchParams) -> Request[SearchPage]:
+        self._check_open()
+        self._check_page("page", params.get("page"))
+        return protocol.search(text, **params)
 
     @overload
     async def search(
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page: int | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         embeddings: Literal[True] = True,
+        **params: Unpack[SearchParams],
     ) -> SearchPage: ...
 
     @overload
@@ -808,59 +874,31 @@ class AsyncSearchClient:
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page: int | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         embeddings: Literal[False],
+        **params: Unpack[SearchParams],
     ) -> LeanSearchPage: ...
 
     async def search(
-        self,
-        text: str | None = None,
-        *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page: int | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
-        embeddings: bool = True,
+        self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
     ) -> SearchPage | LeanSearchPage:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
+        Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
+        ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``.
         ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
         ``None`` are not sent. ``embeddings=False`` decodes the hits without their embeddings
         (``LeanSearchPage``): faster, and a fraction of the memory, for callers that do not need
         them. Raises ``InvalidRequestError`` before sending when an argument is past the spec's
-        limits (text over 255 characters, precision outside [0, 1], ...).
+        limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
+        the client's ``first_page``.
         """
-        request = protocol.search(
-            text,
-            image=image,
-            resource_id=resource_id,
-            filters=filters,
-            precision=precision,
-            queries=queries,
-            incognito=incognito,
-            page=page,
-            page_size=page_size,
-            sort=sort,
-        )
+        request = self._search_request(text, params)
         if not embeddings:
             return (await self._send(protocol.without_embeddings(request))).parse()
         return (await self._send(request)).parse()
 
     async def get_extraction(
-        self, job_id: str | uuid.UUID, *, format: str | None = None
+        self, job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
     ) -> ExtractionJob:
         """The result of an extraction job; ``format`` is "json" or "markdown".
 
@@ -868,7 +906,7 @@ class AsyncSearchClient:
         """
         return (await self._send(protocol.get_extraction(job_id, format=format))).parse()
 
-    async def link_preview(self, url: str, *, type: str | None = None) -> LinkPreview:
+    async def link_preview(self, url: str, *, type: LinkType | None = None) -> LinkPreview:
         """Open-graph data of a URL; ``type`` is "cache" or "link"."""
         return (await self._send(protocol.link_preview(url, type=type))).parse()
 
@@ -887,19 +925,12 @@ class AsyncSearchClient:
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: Literal[True] = True,
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[SearchPage]: ...
 
     @overload
@@ -907,61 +938,40 @@ class AsyncSearchClient:
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: Literal[False],
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[LeanSearchPage]: ...
 
     def search_pages(
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: bool = True,
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
         Takes the arguments of ``search`` except ``page``. The walk starts at ``start_page``
-        (default: the client's ``first_page``) and ends when ``has_more`` is false, when a page
-        is empty, when a page repeats the previous one (a service ignoring the page number; a
-        WARNING is logged) or at ``max_pages``. With ``prefetch`` the next page is requested
-        while the caller works on the current one. ``dedupe`` drops hits already yielded in this
-        walk. Arguments are validated now, before anything is sent.
+        (default: the client's ``first_page``; a lower one is refused) and ends when
+        ``has_more`` is false, when a page is empty, when a page repeats the previous one (a
+        service ignoring the page number; a WARNING is logged) or at ``max_pages`` (logged at
+        DEBUG: a cap you asked for). With ``prefetch`` the next page is requested while the
+        caller works on the current one. ``dedupe`` drops hits already yielded in this walk.
+        Arguments are validated now, before anything is sent.
         """
+        protocol.check_search_params("search_pages", params, page=False)
         return self._pager(
             "pages",
-            {
-                "text": text,
-                "image": image,
-                "resource_id": resource_id,
-                "filters": filters,
-                "precision": precision,
-                "queries": queries,
-                "incognito": incognito,
-                "page_size": page_size,
-                "sort": sort,
-            },
+            text,
+            params,
             start_page=start_page,
             max_pages=max_pages,
             max_items=None,
@@ -975,20 +985,13 @@ class AsyncSearchClient:
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: Literal[True] = True,
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[SearchHit]: ...
 
     @overload
@@ -996,59 +999,37 @@ class AsyncSearchClient:
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: Literal[False],
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[LeanSearchHit]: ...
 
     def search_hits(
         self,
         text: str | None = None,
         *,
-        image: str | None = None,
-        resource_id: str | uuid.UUID | None = None,
-        filters: SearchFilters | Mapping[str, Any] | None = None,
-        precision: float | None = None,
-        queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-        incognito: bool | None = None,
-        page_size: int | None = None,
-        sort: Sort | Mapping[str, Any] | None = None,
         start_page: int | None = None,
         max_pages: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: bool = True,
+        **params: Unpack[SearchWalkParams],
     ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
         without fetching pages it does not need.
         """
+        protocol.check_search_params("search_hits", params, page=False)
         return self._pager(
             "items",
-            {
-                "text": text,
-                "image": image,
-                "resource_id": resource_id,
-                "filters": filters,
-                "precision": precision,
-                "queries": queries,
-                "incognito": incognito,
-                "page_size": page_size,
-                "sort": sort,
-            },
+            text,
+            params,
             start_page=start_page,
             max_pages=max_pages,
             max_items=max_items,
@@ -1060,7 +1041,8 @@ class AsyncSearchClient:
     def _pager(
         self,
         mode: Literal["pages", "items"],
-        arguments: dict[str, Any],
+        text: str | None,
+        params: SearchWalkParams,
         *,
         start_page: int | None,
         max_pages: int | None,
@@ -1070,9 +1052,10 @@ class AsyncSearchClient:
         embeddings: bool,
     ) -> SearchPager[Any]:
         self._check_open()
+        self._check_page("start_page", start_page)
         first = self._options.first_page if start_page is None else start_page
         # Validates every argument now, so a bad one fails at the call, not at the first page.
-        protocol.search(**arguments, page=first)
+        protocol.search(text, **params, page=first)
 
         # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
         # the public overloads of search_pages/search_hits state the precise result.
@@ -1083,7 +1066,7 @@ class AsyncSearchClient:
         held: list[bytes] = [b""]
 
         async def fetch_page(number: int) -> Any:
-            request: Request[Any] = protocol.search(**arguments, page=number)
+            request: Request[Any] = protocol.search(text, **params, page=number)
             if not embeddings:
                 request = protocol.without_embeddings(request)
             response = await self._send(request)
@@ -1099,7 +1082,7 @@ class AsyncSearchClient:
         # the page is read. Lean pages are cheap to decode in full: no view, no pipelining.
         # Without prefetch there is nothing to overlap, so the page is decoded in one go.
         async def fetch_received(number: int) -> _ReceivedPage:
-            response = await self._send(protocol.search(**arguments, page=number))
+            response = await self._send(protocol.search(text, **params, page=number))
             held[0] = response.content
             return _ReceivedPage(response)
 
@@ -1129,7 +1112,7 @@ class AsyncSearchClient:
         *,
         concurrency: int = 16,
         ordered: bool = False,
-        format: str | None = None,
+        format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
     ) -> ExtractionResults:
         """Fetch many extraction jobs concurrently, yielding one ``ExtractionResult`` per id.
@@ -1163,7 +1146,7 @@ class AsyncSearchClient:
         *,
         concurrency: int,
         ordered: bool,
-        format: str | None,
+        format: ExtractionFormat | None,
         on_progress: Callable[[int, int | None], object] | None,
     ) -> FanOut[I, ExtractionResult]:
         self._check_open()
@@ -1178,8 +1161,8 @@ class AsyncSearchClient:
                 request = protocol.get_extraction(job_id, format=format)
                 job = (await self._send(request, pressure=pressure)).parse()
             except AsyncSearchError as exc:
-                return ExtractionResult(job_id=job_id, job=None, error=exc)
-            return ExtractionResult(job_id=job_id, job=job, error=None)
+                return ExtractionFailure(job_id=job_id, error=exc)
+            return ExtractionSuccess(job_id=job_id, job=job)
 
         return fan_out(
             fetch,
@@ -1195,7 +1178,7 @@ class AsyncSearchClient:
         job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
         *,
         concurrency: int = 16,
-        format: str | None = None,
+        format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
     ) -> list[ExtractionResult]:
         """Fetch many extraction jobs concurrently and return their results in input order.
@@ -1235,23 +1218,24 @@ class AsyncSearchClient:
         self,
         job_id: str | uuid.UUID,
         *,
-        until: Callable[[ExtractionJob], bool] | None = None,
+        until: Callable[[ExtractionJob], bool] | Collection[JobState] = TERMINAL_JOB_STATES,
         interval: float = 1.0,
         timeout: float = 300.0,
     ) -> ExtractionJob:
-        """Poll a job until ``until(job)`` holds (default: its state is no longer "pending").
+        """Poll a job until it is finished: by default until its state is one of
+        ``TERMINAL_JOB_STATES`` ("done" or "failed").
 
-        The interval grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying
-        the last job seen in ``.job``) when ``timeout`` seconds pass, including time spent in
-        requests; errors that are not retried, such as ``NotFoundError``, propagate at once.
+        ``until`` takes other states (``until={"processing", "done", "failed"}``) or a
+        predicate of the job (``until=lambda job: job.extraction is not None``). The interval
+        grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying the last job
+        seen in ``.job``) when ``timeout`` seconds pass, including time spent in requests;
+        errors that are not retried, such as ``NotFoundError``, propagate at once.
         """
         request = protocol.get_extraction(job_id)
         for name, value in (("interval", interval), ("timeout", timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
-        if until is not None and not callable(until):
-            raise InvalidRequestError("until must be callable or None")
-        done = until if until is not None else _not_pending
+        done = _until(until)
         last: ExtractionJob | None = None
         attempts = 0
         delay = float(interval)
@@ -1338,5 +1322,21 @@ def _replace_hits(page: Any, hits: list[Any]) -> Any:
     return msgspec.structs.replace(page, hits=hits)
 
 
-def _not_pending(job: ExtractionJob) -> bool:
-    return job.state != "pending"
+def _until(
+    until: Callable[[ExtractionJob], bool] | Collection[JobState],
+) -> Callable[[ExtractionJob], bool]:
+    if callable(until):
+        return until
+    if isinstance(until, str) or not isinstance(until, Collection) or not until:
+        raise InvalidRequestError(
+            f"until must be a non-empty collection of job states or a callable, got {until!r}"
+        )
+    states = frozenset(until)
+    for state in states:
+        if not isinstance(state, str):
+            raise InvalidRequestError(f"until holds {state!r}, which is not a job state")
+
+    def reached(job: ExtractionJob) -> bool:
+        return job.state in states
+
+    return reached

@@ -17,6 +17,13 @@ Decoding rules, so that one odd field never fails a whole page:
   and otherwise stay the ``str`` exactly as sent, so one odd timestamp never fails a job; the
   timestamps whose format is not documented stay ``str``.
 
+Every Struct has ``to_dict()`` (``msgspec.to_builtins``: wire names, JSON-ready values) and
+``to_json()`` (``msgspec.json.encode``: the wire form as bytes).
+
+The closed value sets the spec names are ``Literal`` types for arguments: ``ExtractionFormat``
+(``format``), ``LinkType`` (link ``type``) and ``JobState`` (see ``TERMINAL_JOB_STATES``).
+Decoded fields stay ``str``, so a value the server adds later never fails a response.
+
 Response Structs are declared with ``gc=False``: they hold acyclic data, and keeping them out of
 the garbage collector makes decoding a 1000-hit page measurably faster. Do not build reference
 cycles through them.
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 import msgspec
 
 __all__ = [
+    "TERMINAL_JOB_STATES",
     "Agent",
     "AnonymousIdentity",
     "Chat",
@@ -41,6 +49,7 @@ __all__ = [
     "Extraction",
     "ExtractionCommon",
     "ExtractionDocument",
+    "ExtractionFormat",
     "ExtractionJob",
     "ExtractionMedia",
     "ExtractionWeb",
@@ -48,10 +57,12 @@ __all__ = [
     "Folder",
     "ImageDescriptor",
     "JobLinks",
+    "JobState",
     "Label",
     "LeanSearchHit",
     "LeanSearchPage",
     "LinkPreview",
+    "LinkType",
     "MediaColor",
     "MediaDevice",
     "MediaLocation",
@@ -89,6 +100,18 @@ else:
 
     List = Optional[list[_T]]  # noqa: UP045 - a generic alias needs the subscriptable form
 
+#: ``format`` of ``GET /v2/extract/{jobId}`` (spec 4.2: the enum json, markdown).
+ExtractionFormat = Literal["json", "markdown"]
+#: ``type`` of ``GET /v2/link`` (spec 4.3: the enum cache, link).
+LinkType = Literal["cache", "link"]
+#: The job states asyncsearch knows. The spec shows only ``pending``; the others are this SDK's
+#: choice (the bundled emulator's states). ``ExtractionJob.state`` stays ``str`` when decoding,
+#: so a state the service adds later still reads.
+JobState = Literal["pending", "processing", "done", "failed"]
+#: The states after which a job does not change: what ``wait_for_extraction`` waits for by
+#: default (its ``until=`` takes other states or a predicate).
+TERMINAL_JOB_STATES: frozenset[JobState] = frozenset({"done", "failed"})
+
 #: A number the spec leaves untyped (``size``, ``width``, ...): integers stay ``int``.
 Number = int | float
 
@@ -120,7 +143,23 @@ def _read_timestamp(text: str) -> datetime.datetime | str:
         return text
 
 
-class _Wire(msgspec.Struct, rename="camel", kw_only=True, gc=False):
+class _Serializable:
+    """``to_dict()`` and ``to_json()`` for every Struct, in wire form (camelCase names)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form as JSON-ready builtins (``msgspec.to_builtins``): camelCase keys,
+        timestamps as ISO 8601 strings."""
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result
+
+    def to_json(self) -> bytes:
+        """The wire form as JSON bytes (``msgspec.json.encode``)."""
+        return msgspec.json.encode(self)
+
+
+class _Wire(_Serializable, msgspec.Struct, rename="camel", kw_only=True, gc=False):
     """Base of the response Structs: camelCase on the wire."""
 
 
@@ -691,7 +730,7 @@ class LinkPreview(_Wire):
 # ---------------------------------------------------------------------------------------------
 
 
-class _Request(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+class _Request(_Serializable, msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     """Base of the request Structs: camelCase on the wire, unset fields omitted."""
 
 

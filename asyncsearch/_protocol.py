@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
@@ -41,9 +41,11 @@ from ._errors import (
     UnprocessableEntityError,
 )
 from ._models import (
+    ExtractionFormat,
     ExtractionJob,
     LeanSearchPage,
     LinkPreview,
+    LinkType,
     Pagination,
     SearchFilters,
     SearchPage,
@@ -62,6 +64,8 @@ __all__ = [
     "NOT_ACTED_ON_STATUSES",
     "Request",
     "Response",
+    "SearchParams",
+    "SearchWalkParams",
     "backoff_delay",
     "build_headers",
     "check_base_url",
@@ -91,8 +95,9 @@ MAX_TEXT_LENGTH = 255
 MAX_IMAGE_LENGTH = 600_000
 # The spec's pattern. fullmatch, not "$": "$" would also accept a trailing newline.
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-_EXTRACTION_FORMATS = ("json", "markdown")
-_LINK_TYPES = ("cache", "link")
+# The closed sets are named once, as Literal types in _models.
+_EXTRACTION_FORMATS: tuple[ExtractionFormat, ...] = get_args(ExtractionFormat)
+_LINK_TYPES: tuple[LinkType, ...] = get_args(LinkType)
 #: Answers that say the request was not acted on (the server did not get all of it, refused it
 #: for its rate, or could not take it at all), so that any request may be sent again.
 NOT_ACTED_ON_STATUSES = frozenset({408, 429, 503})
@@ -393,20 +398,54 @@ def _parse_webhook_log(body: bytes) -> WebhookLog:
     return decode_body(_webhook_log_decoder, body)
 
 
-def search(
-    text: str | None = None,
-    *,
-    image: str | None = None,
-    resource_id: str | uuid.UUID | None = None,
-    filters: SearchFilters | Mapping[str, Any] | None = None,
-    precision: float | None = None,
-    queries: Sequence[SearchQuery | Mapping[str, Any]] | None = None,
-    incognito: bool | None = None,
-    page: int | None = None,
-    page_size: int | None = None,
-    sort: Sort | Mapping[str, Any] | None = None,
-) -> Request[SearchPage]:
+class SearchWalkParams(TypedDict, total=False):
+    """The keyword arguments of a search walk (``search_pages``, ``search_hits``).
+
+    Declared once for every search method: with ``text`` (positional) and ``page``
+    (``SearchParams``) these are the ten search arguments. Every one may be left out or ``None``
+    (not sent).
+    """
+
+    image: str | None
+    resource_id: str | uuid.UUID | None
+    filters: SearchFilters | Mapping[str, Any] | None
+    precision: float | None
+    queries: Sequence[SearchQuery | Mapping[str, Any]] | None
+    incognito: bool | None
+    page_size: int | None
+    sort: Sort | Mapping[str, Any] | None
+
+
+class SearchParams(SearchWalkParams, total=False):
+    """The keyword arguments of ``search``: those of a walk plus ``page``."""
+
+    page: int | None
+
+
+_SEARCH_PARAMS = frozenset(SearchParams.__annotations__)
+
+
+def check_search_params(function: str, params: Mapping[str, object], *, page: bool) -> None:
+    """Refuse a keyword that is not a search argument, as Python does for a plain signature."""
+    allowed = _SEARCH_PARAMS if page else _SEARCH_PARAMS - {"page"}
+    for name in params:
+        if name not in allowed:
+            hint = " (use start_page=)" if name == "page" else ""
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
+
+
+def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[SearchPage]:
     """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
+    check_search_params("search", params, page=True)
+    image = params.get("image")
+    resource_id = params.get("resource_id")
+    filters = params.get("filters")
+    precision = params.get("precision")
+    queries = params.get("queries")
+    incognito = params.get("incognito")
+    page = params.get("page")
+    page_size = params.get("page_size")
+    sort = params.get("sort")
     if queries is not None:
         if isinstance(queries, str | bytes | Mapping) or not isinstance(queries, Sequence):
             raise InvalidRequestError(f"queries must be a list, got {type(queries).__name__}")
@@ -467,7 +506,9 @@ def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
     )
 
 
-def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Request[ExtractionJob]:
+def get_extraction(
+    job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
+) -> Request[ExtractionJob]:
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
@@ -476,7 +517,7 @@ def get_extraction(job_id: str | uuid.UUID, *, format: str | None = None) -> Req
     return Request("GET", target, None, _parse_extraction_job, "extract")
 
 
-def check_extraction_format(format: object) -> str | None:
+def check_extraction_format(format: object) -> ExtractionFormat | None:
     """Return ``format`` if it is "json", "markdown" or None; else raise ``InvalidRequestError``."""
     if format is not None and format not in _EXTRACTION_FORMATS:
         raise InvalidRequestError(
@@ -485,7 +526,7 @@ def check_extraction_format(format: object) -> str | None:
     return format
 
 
-def link_preview(url: str, *, type: str | None = None) -> Request[LinkPreview]:
+def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPreview]:
     """Build ``GET /v2/link``; the URL is sent unchanged, percent-encoded as a query value."""
     if not isinstance(url, str):
         raise InvalidRequestError(f"url must be a string, got {url.__class__.__name__}")
@@ -533,15 +574,27 @@ _MAGIC = (
     (b"BM", "image/bmp"),
     (b"II*\x00", "image/tiff"),
     (b"MM\x00*", "image/tiff"),
+    (b"\x00\x00\x01\x00", "image/x-icon"),
 )
+# Signatures of common files that are not images, named in the error when one is given.
+_NOT_IMAGE_MAGIC = (
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"\x7fELF", "application/x-executable"),
+)
+_HEIF_BRANDS = {b"avif": "image/avif", b"avis": "image/avif", b"heic": "image/heic"}
 
 
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
     """Turn image bytes or a file path into the base64 data URL that ``search(image=...)`` takes.
 
-    The type is taken from ``mime``, else from the bytes' signature, else from the file name.
-    Raises ``InvalidRequestError`` when the type cannot be told or the data URL would be longer
-    than the service's limit of 600,000 characters. A path is read synchronously.
+    The type is taken from ``mime``, else from the bytes' signature (PNG, JPEG, GIF, WebP, BMP,
+    TIFF, ICO, AVIF, HEIC), else from the file name's extension. Raises ``InvalidRequestError``
+    when the data is not an image (``mime`` not ``image/...``, a known non-image signature such
+    as PDF or ZIP, an extension of another type such as ``.txt``), when the type cannot be told,
+    or when the data URL would be longer than the service's limit of 600,000 characters. A path
+    is read synchronously.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
@@ -563,6 +616,8 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
         mime = _sniff_mime(data, filename)
     if not re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime):
         raise InvalidRequestError(f"mime must look like 'image/png', got {mime!r}")
+    if not mime.lower().startswith("image/"):
+        raise InvalidRequestError(f"mime must be an image type (image/...), got {mime!r}")
     prefix = f"data:{mime};base64,"
     length = len(prefix) + 4 * math.ceil(len(data) / 3)
     if length > MAX_IMAGE_LENGTH:
@@ -579,11 +634,24 @@ def _sniff_mime(data: bytes, filename: str | None) -> str:
             return mime
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+        return _HEIF_BRANDS[data[8:12]]
+    what = repr(filename) if filename is not None else "the data"
+    for magic, other in _NOT_IMAGE_MAGIC:
+        if data.startswith(magic):
+            raise InvalidRequestError(f"{what} is not an image: its content is {other}")
     if filename is not None:
         guessed, _ = mimetypes.guess_type(filename)
-        if guessed:
+        if guessed is not None:
+            if not guessed.startswith("image/"):
+                raise InvalidRequestError(
+                    f"{what} is not an image: its extension says {guessed}; "
+                    "pass mime='image/...' if it really is one"
+                )
             return guessed
-    raise InvalidRequestError("cannot tell the image type; pass mime='image/...'")
+    raise InvalidRequestError(
+        f"cannot tell whether {what} is an image (no known image signature); pass mime='image/...'"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -232,6 +232,38 @@ def test_link_preview_encodes_the_url_as_one_query_value() -> None:
         protocol.link_preview("https://x", type="other")
 
 
+# -- search arguments, declared once ----------------------------------------------------------
+
+
+def test_search_params_are_the_search_arguments() -> None:
+    # One declaration (SearchParams) drives every search method; text is the positional one.
+    assert set(protocol.SearchParams.__annotations__) == {
+        "image",
+        "resource_id",
+        "filters",
+        "precision",
+        "queries",
+        "incognito",
+        "page",
+        "page_size",
+        "sort",
+    }
+    assert set(protocol.SearchWalkParams.__annotations__) == (
+        set(protocol.SearchParams.__annotations__) - {"page"}
+    )
+    request = protocol.search("q", page=2, page_size=5, precision=0.5)
+    assert json.loads(request.body or b"") == {
+        "text": "q",
+        "precision": 0.5,
+        "pagination": {"page": 2, "pageSize": 5},
+    }
+
+
+def test_search_refuses_an_unknown_keyword_like_a_plain_signature() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'pagesize'"):
+        protocol.search("q", pagesize=5)  # type: ignore[call-arg]
+
+
 # -- images --------------------------------------------------------------------------------------
 
 
@@ -246,7 +278,7 @@ def test_image_data_url_from_bytes_and_path(tmp_path: Path) -> None:
 
 
 def test_image_data_url_errors(tmp_path: Path) -> None:
-    with pytest.raises(InvalidRequestError, match="cannot tell the image type"):
+    with pytest.raises(InvalidRequestError, match="cannot tell whether the data is an image"):
         image_data_url(b"plain bytes")
     with pytest.raises(InvalidRequestError, match="the limit is 600000"):
         image_data_url(PNG + b"\x00" * 450_000)
@@ -254,6 +286,36 @@ def test_image_data_url_errors(tmp_path: Path) -> None:
         image_data_url(tmp_path / "missing.png")
     with pytest.raises(InvalidRequestError, match="empty"):
         image_data_url(b"")
+
+
+def test_image_data_url_refuses_what_is_not_an_image(tmp_path: Path) -> None:
+    # By extension: a text file of ids is not an image (it used to become text/plain).
+    ids = tmp_path / "ids.txt"
+    ids.write_text("3f1c2a9e-5b7d-4c1e-9a2b-7d8e9f0a1b2c\n")
+    with pytest.raises(InvalidRequestError, match=r"'.*ids.txt' is not an image.*text/plain"):
+        image_data_url(ids)
+    # By content: a PDF stays a PDF whatever its name says.
+    pdf = tmp_path / "scan.png"
+    pdf.write_bytes(b"%PDF-1.7\n" + b"\x00" * 20)
+    with pytest.raises(
+        InvalidRequestError, match="is not an image: its content is application/pdf"
+    ):
+        image_data_url(pdf)
+    with pytest.raises(InvalidRequestError, match="application/zip"):
+        image_data_url(b"PK\x03\x04" + b"\x00" * 20)
+    # An explicit type must be an image type.
+    with pytest.raises(InvalidRequestError, match=r"image type \(image/...\), got 'text/plain'"):
+        image_data_url(b"abc", mime="text/plain")
+    # What really is an image still passes, by signature or by an image extension.
+    webp = b"RIFF\x00\x00\x00\x00WEBPVP8 " + b"\x00" * 8
+    assert image_data_url(webp).startswith("data:image/webp;base64,")
+    avif = b"\x00\x00\x00\x1cftypavif" + b"\x00" * 8
+    assert image_data_url(avif).startswith("data:image/avif;base64,")
+    svg = tmp_path / "logo.svg"
+    svg.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    assert image_data_url(svg).startswith("data:image/svg+xml;base64,")
+    # A text file the caller says is an image is the caller's call.
+    assert image_data_url(ids, mime="image/png").startswith("data:image/png;base64,")
 
 
 def test_image_data_url_largest_allowed() -> None:
