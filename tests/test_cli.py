@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
+import pytest
 import pytest_asyncio
 
 import asyncsearch
@@ -178,6 +181,55 @@ async def test_search_refuses_a_timestamp_without_offset(emu: ServiceEmulator) -
     assert result.code == 2
     assert "UTC offset" in result.stderr
     assert emu.stats.count() == 0
+
+
+async def test_search_counts_hits_in_the_singular_and_plural(emu: ServiceEmulator) -> None:
+    emu.add_resource(base_id="solo", name="Zanzibar ledger", text="zanzibar ledger")
+    emu.add_resource(base_id="solo", name="Quokka notes", text="quokka notes")
+    one = await run_cli("search", "zanzibar", "--base-id", "solo", env=cli_env(emu))
+    assert one.code == 0, one.stderr
+    assert one.stdout.rstrip().endswith("\n1 hit"), one.stdout
+    capped = await run_cli(
+        "search", "--base-id", "solo", "--max-items", "1", "--page-size", "1", env=cli_env(emu)
+    )
+    assert capped.code == 0, capped.stderr
+    assert capped.stdout.rstrip().endswith("\n1 of 2 hits"), capped.stdout
+
+
+async def test_search_refuses_a_page_below_the_first_before_sending(emu: ServiceEmulator) -> None:
+    result = await run_cli("search", "invoice", "--page", "0", env=cli_env(emu))
+    assert result.code == 2
+    assert "start_page must be >= 1" in result.stderr
+    assert emu.stats.count() == 0
+    later = await run_cli("search", "invoice", "--page", "2", "--max-items", "3", env=cli_env(emu))
+    assert later.code == 0, later.stderr
+    assert [r.body["pagination"]["page"] for r in emu.search_history] == [2]
+
+
+@pytest.mark.parametrize("json_lines", [False, True], ids=["table", "json"])
+async def test_output_into_a_closed_pipe_exits_141(emu: ServiceEmulator, json_lines: bool) -> None:
+    # `asyncsearch search x | head -0`: the reader is gone before anything is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "asyncsearch",
+            "search",
+            "invoice",
+            *(["--json"] if json_lines else []),
+            env=cli_env(emu),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    finally:
+        os.close(write_end)
+    async with asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    assert process.returncode == 141
+    assert stderr == b""  # quiet, like any Unix tool whose reader went away
 
 
 # -- one-call commands ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 import asyncsearch
+import asyncsearch.models
 from asyncsearch import (
     ExtractionJob,
     LinkPreview,
@@ -224,12 +225,12 @@ def test_webhook_log_list_requires_items() -> None:
 def test_request_structs_omit_unset_fields() -> None:
     filters = SearchFilters(kinds=["document"])
     assert msgspec.json.encode(filters) == b'{"kinds":["document"]}'
-    assert msgspec.json.encode(asyncsearch.SearchRequest()) == b"{}"
+    assert msgspec.json.encode(asyncsearch.models.SearchRequest()) == b"{}"
 
 
 def test_public_models_are_gc_free_structs() -> None:
     # gc=False keeps 1000-hit pages out of the cycle collector (see the benchmarks).
-    for model in (SearchPage, asyncsearch.SearchHit, asyncsearch.Embeddings, ExtractionJob):
+    for model in (SearchPage, asyncsearch.SearchHit, asyncsearch.models.Embeddings, ExtractionJob):
         assert model.__struct_config__.gc is False
 
 
@@ -249,8 +250,8 @@ def test_only_structs_that_need_it_pay_for_post_init() -> None:
             getattr(cls, "_timestamp_fields", ())
         )
         assert hasattr(cls, "__post_init__") is needs, name
-    assert not hasattr(asyncsearch.User, "__post_init__")
-    assert not hasattr(asyncsearch.DocumentAttributes, "__post_init__")
+    assert not hasattr(asyncsearch.models.User, "__post_init__")
+    assert not hasattr(asyncsearch.models.DocumentAttributes, "__post_init__")
     assert hasattr(SearchPage, "__post_init__")
     assert hasattr(ExtractionJob, "__post_init__")
 
@@ -372,7 +373,7 @@ def test_embedding_matrix() -> None:
     empty = SearchPage(total=0, has_more=False)
     assert empty.embedding_matrix().shape == (0, 0)
     broken = msgspec.structs.replace(
-        hit, id="short", embeddings=asyncsearch.Embeddings(small3_512=[1.0])
+        hit, id="short", embeddings=asyncsearch.models.Embeddings(small3_512=[1.0])
     )
     page.hits.append(broken)
     with pytest.raises(ValueError, match="'short' has 1 small3_512 values where others have 512"):

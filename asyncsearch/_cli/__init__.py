@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--sort", type=_sort, metavar="FIELD[:ORDER]", help="e.g. createdAt:desc or name"
     )
     results.add_argument(
+        "--page",
+        type=int,
+        metavar="N",
+        help="the page to start from (default: the first, 1); resumes an earlier listing",
+    )
+    results.add_argument(
         "--page-size",
         type=_positive_int,
         metavar="N",

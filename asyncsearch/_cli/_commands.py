@@ -17,7 +17,7 @@ from ._render import (
     write_pretty_json,
     write_text,
 )
-from ._run import EXIT_OK, CommandError, Context
+from ._run import EXIT_OK, CommandError, Context, count
 
 __all__ = ["extract", "link", "search", "webhook_logs"]
 
@@ -59,6 +59,7 @@ async def search(ctx: Context) -> int:
             page_size=page_size,
             sort=args.sort,
             max_items=args.max_items,
+            start_page=args.page,
         )
         async with pager as hits:
             async for hit in hits:
@@ -74,8 +75,11 @@ async def search(ctx: Context) -> int:
         return EXIT_OK
     console.print(hits_table(found))
     total = pager.total
-    more = f" of {total}" if total is not None and total > len(found) else ""
-    console.print(Text(f"{len(found)}{more} hits", style="dim"))
+    if total is not None and total > len(found):
+        summary = f"{len(found)} of {count(total, 'hit')}"
+    else:
+        summary = count(len(found), "hit")
+    console.print(Text(summary, style="dim"))
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from asyncsearch import AsyncSearchClient
 
 from ._render import hits_table, link_preview_table, stdout_console, webhook_logs_table
-from ._run import EXIT_OK, PROG, Context
+from ._run import EXIT_OK, PROG, Context, count
 
 if TYPE_CHECKING:
     from asyncsearch.testing import ServiceEmulator
@@ -53,7 +53,7 @@ async def _search(console: Console, client: AsyncSearchClient) -> None:
     elapsed = time.perf_counter() - started
     console.print(hits_table(page.hits))
     console.print(
-        f"The top {len(page.hits)} of {page.total} hits, with scores and matched chunks, "
+        f"The top {len(page.hits)} of {count(page.total, 'hit')}, with scores and matched chunks, "
         f"in {elapsed * 1000:.0f} ms."
     )
 
@@ -87,8 +87,8 @@ async def _pages(console: Console, client: AsyncSearchClient) -> None:
         else "the walk is complete"
     )
     console.print(
-        f"{hits} of {pager.total} hits in {elapsed * 1000:.0f} ms; each next page was "
-        f"requested while the current one was handled; {resume}."
+        f"{hits} of {count(pager.total or 0, 'hit')} in {elapsed * 1000:.0f} ms; each next "
+        f"page was requested while the current one was handled; {resume}."
     )
 
 

@@ -34,7 +34,7 @@ from rich.progress import (
 from asyncsearch import AuthenticationError, ExtractionResult
 
 from ._render import stderr_console
-from ._run import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, Context
+from ._run import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, Context, count
 
 if sys.platform != "win32":
     import fcntl
@@ -329,16 +329,12 @@ def _progress(total: int | None) -> Progress:
     )
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _summary(export: _Export, output: str, elapsed: float, *, stopped: str | None) -> str:
     """The closing report; ``stopped`` says why a run that did not finish ended early."""
     rate = f", {export.fetched / elapsed:.0f}/s" if elapsed > 0 and export.fetched else ""
     if stopped is not None:
         return (
-            f"extract-many: {stopped} after fetching {_count(export.fetched, 'id')} "
+            f"extract-many: {stopped} after fetching {count(export.fetched, 'id')} "
             f"({export.fetched_ok} ok, {export.fetched_failed} failed) in {elapsed:.1f} s; "
             "run the same command again to resume"
         )
@@ -347,16 +343,16 @@ def _summary(export: _Export, output: str, elapsed: float, *, stopped: str | Non
     if earlier:
         details.append(f"{earlier} already in {output}")
     if export.duplicates:
-        details.append(f"{_count(export.duplicates, 'repeated id')} ignored")
+        details.append(f"{count(export.duplicates, 'repeated id')} ignored")
     ok = export.fetched_ok + export.skipped_ok
     line = (
-        f"extract-many: {_count(len(export.seen), 'id')}, {ok} ok, {export.failed} failed "
+        f"extract-many: {count(len(export.seen), 'id')}, {ok} ok, {export.failed} failed "
         f"({'; '.join(d for d in details if d) or 'nothing to fetch'})"
     )
     if export.failed:
         kept = f" ({export.skipped_failed} from an earlier run)" if export.skipped_failed else ""
         line += (
-            f"\nextract-many: {_count(export.failed, 'id')} failed{kept}: see the lines with "
+            f"\nextract-many: {count(export.failed, 'id')} failed{kept}: see the lines with "
             '"ok": false; --retry-failed fetches them again'
         )
     return line
@@ -384,14 +380,15 @@ async def extract_many(ctx: Context) -> int:
     say = progress.console.print
     if existing.cut_bytes:
         say(
-            f"extract-many: cut off a partial last line ({existing.cut_bytes} bytes) left by an "
+            f"extract-many: cut off a partial last line ({count(existing.cut_bytes, 'byte')}) "
+            "left by an "
             "interrupted run",
             markup=False,
             soft_wrap=True,
         )
     if existing.bad_lines:
         say(
-            f"extract-many: {_count(existing.bad_lines, 'line')} of {args.output} did not "
+            f"extract-many: {count(existing.bad_lines, 'line')} of {args.output} did not "
             "parse; ignored, their ids are fetched again",
             markup=False,
             soft_wrap=True,
@@ -405,7 +402,7 @@ async def extract_many(ctx: Context) -> int:
         if export.in_flight == 0:
             return False  # nothing to wait for: stop at once
         say(
-            f"extract-many: stopping; writing the {export.in_flight} results in flight "
+            f"extract-many: stopping; writing the {count(export.in_flight, 'result')} in flight "
             f"(up to {GRACE_SECONDS:.0f} s; press Ctrl-C again to stop now)",
             markup=False,
             soft_wrap=True,

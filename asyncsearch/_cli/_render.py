@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from asyncsearch import ImageDescriptor, LinkPreview, SearchHit, WebhookLogSummary
+from asyncsearch.models import ImageDescriptor, LinkPreview, SearchHit, WebhookLogSummary
+
+from ._run import count
 
 __all__ = [
     "hits_table",
@@ -29,9 +31,19 @@ __all__ = [
 SNIPPET_LENGTH = 90
 
 
+class _ResultConsole(Console):
+    """A console whose closed pipe ends the command like any Unix tool's (exit 141)."""
+
+    def on_broken_pipe(self) -> None:
+        # rich's default exits with 1, which reads as "the service failed"; the command's runner
+        # turns BrokenPipeError into 141 (128 + SIGPIPE), as for --json output.
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def stdout_console() -> Console:
     """The console for results; rich drops colours by itself when stdout is not a terminal."""
-    return Console(highlight=False)
+    return _ResultConsole(highlight=False)
 
 
 def stderr_console() -> Console:
@@ -146,7 +158,7 @@ def link_preview_table(preview: LinkPreview) -> Table:
         ("description", preview.description),
         ("image", _image(preview.image)),
         ("favicon", _image(preview.favicon)),
-        ("metadata", f"{len(metadata)} tags" if metadata else ""),
+        ("metadata", count(len(metadata), "tag") if metadata else ""),
     ):
         if value:
             table.add_row(Text(name), Text(str(value)))

@@ -41,6 +41,7 @@ __all__ = [
     "CommandError",
     "Context",
     "Runtime",
+    "count",
     "error",
     "run_command",
 ]
@@ -226,3 +227,8 @@ def run_command(
     except OSError as exc:
         error(ctx.redact(str(exc)))
         return EXIT_FAILURE
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun, singular for one: "1 hit", "2 hits", "0 hits"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"

@@ -10,7 +10,16 @@ import signal
 import tempfile
 from typing import TYPE_CHECKING
 
-from ._run import ENV_API_KEY, ENV_BASE_URL, EXIT_OK, EXIT_USAGE, PROG, CommandError, Context
+from ._run import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CommandError,
+    Context,
+    count,
+)
 
 if TYPE_CHECKING:
     from asyncsearch.testing import ServiceEmulator
@@ -38,8 +47,9 @@ def _announce(
     jobs = emulator.jobs()
     print(f"asyncsearch emulator listening on {url}")
     print(
-        f"data: {len(emulator.resources())} resources, {len(jobs)} extraction jobs, "
-        f"{len(emulator.page_urls)} link preview pages"
+        f"data: {count(len(emulator.resources()), 'resource')}, "
+        f"{count(len(jobs), 'extraction job')}, "
+        f"{count(len(emulator.page_urls), 'link preview page')}"
     )
     print("\nTo use it from another shell:")
     if generated_key:
