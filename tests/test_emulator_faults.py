@@ -318,6 +318,9 @@ async def test_requests_are_recorded_with_endpoint_base_and_status(
     ]
     assert emu.stats.counts == {"search": 1, "extract": 1, "webhook_logs": 1}
     assert emu.stats.count() == 3
+    # A list: sliced and indexed like one.
+    assert [r.endpoint for r in emu.requests[:2]] == ["search", "extract"]
+    assert emu.requests[-1].endpoint == "webhook_logs"
 
 
 async def test_in_flight_counters_see_the_real_concurrency(

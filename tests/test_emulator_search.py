@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from asyncsearch.testing import ServiceEmulator, _search, image_data_url
+from asyncsearch.testing import ServiceEmulator, _search, fake_image_data_url
 from asyncsearch.testing._embed import tokenize
 from asyncsearch.testing._requests import parse_search
 
@@ -97,7 +97,7 @@ async def test_non_text_searches_quote_no_chunks(
     http: aiohttp.ClientSession, emu: ServiceEmulator
 ) -> None:
     some_id = emu.resources()[0]["id"]
-    for body in ({}, {"resourceId": some_id}, {"image": image_data_url("harbor sunset")}):
+    for body in ({}, {"resourceId": some_id}, {"image": fake_image_data_url("harbor sunset")}):
         data = await search(http, {**body, "precision": 0.0})
         assert data["hits"]
         assert all(h["chunks"] == [] for h in data["hits"]), body
@@ -130,9 +130,9 @@ async def test_image_search_finds_resources_about_the_pictured_thing(
     zebra = emu.add_resource(
         kind="image", name="Zebra crossing", data={"caption": "A zebra crossing at dusk"}
     )
-    data = await search(http, {"image": image_data_url("zebra crossing dusk")})
+    data = await search(http, {"image": fake_image_data_url("zebra crossing dusk")})
     assert ids(data["hits"])[0] == zebra["id"]
-    png = image_data_url(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01")
+    png = fake_image_data_url(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01")
     data = await search(http, {"image": png})
     assert zebra["id"] not in ids(data["hits"])
 
@@ -270,7 +270,7 @@ async def test_ancestor_ids_match_any_level_of_the_folder_chain(
     [
         {"text": "invoice budget"},
         {"text": "sunset harbor"},
-        {"image": image_data_url("guitar concert")},
+        {"image": fake_image_data_url("guitar concert")},
     ],
 )
 async def test_higher_precision_never_gives_more_hits(
@@ -476,7 +476,11 @@ async def test_a_body_that_is_not_an_object_is_refused(
         {"incognito": None},
         {"pagination": {"page": 1, "pageSize": 100}},
         {"filters": {"createdAfter": "2024-01-01", "color": [0, 1]}},
-        {"text": "a", "image": image_data_url("a"), "resourceId": ANY_UUID.replace("0b0c", "0b0d")},
+        {
+            "text": "a",
+            "image": fake_image_data_url("a"),
+            "resourceId": ANY_UUID.replace("0b0c", "0b0d"),
+        },
     ],
 )
 async def test_values_at_the_limits_are_accepted(
@@ -513,9 +517,9 @@ async def test_incognito_searches_are_left_out_of_the_history(
     [
         {"text": "invoice budget", "precision": 0.0, "pagination": {"pageSize": 100}},
         {"text": "invoicing", "precision": 0.05},
-        {"image": image_data_url("sunset harbor beach"), "precision": 0.0},
-        {"queries": [{"text": "guitar"}, {"image": image_data_url("forest")}]},
-        {"text": "team", "image": image_data_url("team"), "sort": {"field": "name"}},
+        {"image": fake_image_data_url("sunset harbor beach"), "precision": 0.0},
+        {"queries": [{"text": "guitar"}, {"image": fake_image_data_url("forest")}]},
+        {"text": "team", "image": fake_image_data_url("team"), "sort": {"field": "name"}},
     ],
 )
 async def test_numpy_and_pure_python_paths_give_identical_answers(
@@ -539,7 +543,7 @@ def test_both_paths_compute_bit_identical_scores() -> None:
     bodies: list[dict[str, Any]] = [
         {"text": "invoice budget guitar harbor", "precision": 0.0},
         {"text": "invoicing", "precision": 0.0},
-        {"image": image_data_url("sunset harbor"), "precision": 0.0},
+        {"image": fake_image_data_url("sunset harbor"), "precision": 0.0},
         {"resourceId": some_id, "precision": 0.0},
         {"text": "report", "resourceId": some_id, "precision": 0.0},
     ]
@@ -585,7 +589,11 @@ async def test_ten_thousand_resources_are_searched_page_by_page() -> None:
         emulator,
         aiohttp.ClientSession(emulator.base_url, headers={"X-Api-Key": KEY}) as session,
     ):
-        for body in ({"text": "invoice budget report"}, {}, {"image": image_data_url("harbor")}):
+        for body in (
+            {"text": "invoice budget report"},
+            {},
+            {"image": fake_image_data_url("harbor")},
+        ):
             async with session.post("/v2/search", json=body) as response:
                 data = await response.json()
             assert data["total"] > 100

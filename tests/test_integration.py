@@ -26,7 +26,7 @@ from asyncsearch import (
     UnprocessableEntityError,
     _client,
 )
-from asyncsearch.testing import ServiceEmulator, image_data_url
+from asyncsearch.testing import ServiceEmulator, fake_image_data_url
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,7 +82,7 @@ async def test_text_search_decodes_every_seeded_field(client: AsyncSearchClient)
 async def test_image_resource_and_multi_query_search(
     client: AsyncSearchClient, emu: ServiceEmulator
 ) -> None:
-    by_image = await client.search(image=image_data_url("guitar concert"), precision=0)
+    by_image = await client.search(image=fake_image_data_url("guitar concert"), precision=0)
     assert by_image.hits
     some_id = emu.resources()[0]["id"]
     similar = await client.search(resource_id=some_id, precision=0)

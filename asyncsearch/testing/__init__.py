@@ -69,9 +69,10 @@ workspace; any other string is a base (created empty on first use).
   ``emu.resource_chunks(id, base_id)``, ``emu.jobs(base_id)``, ``emu.job(id, base_id)``,
   ``emu.webhook_logs(job_id, base_id)``, ``emu.search_history`` (``SearchRecord(base_id,
   body)`` of each search not sent with ``incognito: true``; the latest 10,000).
-- ``image_data_url(content, mime="image/png")``: a data URL whose image vector matches
-  resources about ``content`` (see image search below). For a real picture use
-  ``asyncsearch.image_data_url(path_or_bytes)``.
+- ``fake_image_data_url(content, mime="image/png")``: a fake image as a data URL (the bytes
+  of ``content``, not a real picture, so ``asyncsearch.image_data_url`` would refuse them)
+  whose image vector matches resources about ``content`` (see image search below). For a real
+  picture use ``asyncsearch.image_data_url(path_or_bytes)``.
 
 Seeded data
 ===========
@@ -118,8 +119,8 @@ All answers are JSON (``application/json``); success is always 200.
       name (weighted 3x), description and chunk text, divided by the best BM25 score in the
       base; vector = cosine similarity of ``small3_512`` vectors, clamped to [0, 1].
       ``image``: cosine similarity with ``clip2`` (the data URL's bytes, read as Latin-1 text,
-      are embedded like text, so ``image_data_url("red bicycle")`` finds resources about red
-      bicycles), raised for a resource added with ``image=`` to how alike the two pictures
+      are embedded like text, so ``fake_image_data_url("red bicycle")`` finds resources about
+      red bicycles), raised for a resource added with ``image=`` to how alike the two pictures
       are: 1.0 for identical bytes; with Pillow installed (the ``emulator`` extra), else 0,
       the correlation of 16 x 16 grey thumbnails, capped at 0.99, so a re-encoded or resized
       copy ranks the original first. Pictures Pillow cannot or will not decode (decompression
@@ -252,8 +253,9 @@ nothing answered; once released it meets the other faults (latency, script, rate
 answer. ``held()`` lists the closed gates, ``parked(endpoint=None)`` counts the requests parked
 now; ``clear()`` also opens the gates. Call them from the emulator's event loop (or over HTTP).
 
-Counters: ``emu.requests`` (``RecordedRequest(method, path, endpoint, base_id, query,
-status)``, status None for a dropped connection; the latest 100,000) and ``emu.stats``:
+Counters: ``emu.requests`` (a list, oldest first, so ``emu.requests[:2]`` works, of
+``RecordedRequest(method, path, endpoint, base_id, query, status)``, status None for a dropped
+connection; the latest 100,000) and ``emu.stats``:
 ``counts`` (endpoint -> requests, faulted ones included), ``count(endpoint=None)``,
 ``in_flight``, ``max_in_flight``, ``max_in_flight_by_endpoint``, ``last_search_ms`` (time to
 rank and serialise the last search) and ``reset()``.
@@ -305,7 +307,7 @@ order), only slower.
 
 from __future__ import annotations
 
-from ._embed import image_data_url
+from ._embed import fake_image_data_url
 from ._emulator import (
     EmulatorStats,
     RecordedRequest,
@@ -323,6 +325,6 @@ __all__ = [
     "RecordedRequest",
     "SearchRecord",
     "ServiceEmulator",
-    "image_data_url",
+    "fake_image_data_url",
     "serve_forever",
 ]

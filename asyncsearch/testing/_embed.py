@@ -26,7 +26,7 @@ __all__ = [
     "STOPWORDS",
     "HashingEmbedder",
     "decode_data_url",
-    "image_data_url",
+    "fake_image_data_url",
     "image_tokens",
     "tokenize",
 ]
@@ -243,8 +243,9 @@ def image_tokens(data: bytes) -> list[str]:
     return tokenize(data.decode("latin-1"))
 
 
-def image_data_url(content: str | bytes, mime: str = "image/png") -> str:
-    """Return a data URL whose image search vector matches resources about ``content``.
+def fake_image_data_url(content: str | bytes, mime: str = "image/png") -> str:
+    """Return a fake image as a data URL, whose image search vector matches resources about
+    ``content``.
 
     The emulator embeds an image's bytes as if they were text, so an "image" made of the words
     "red bicycle" finds resources whose name, description or caption talk about red bicycles.

@@ -280,9 +280,13 @@ class ServiceEmulator:
         return f"http://{host}:{self.port}"
 
     @property
-    def requests(self) -> deque[RecordedRequest]:
-        """Return the service requests received so far, oldest first (``stats.requests``)."""
-        return self.stats.requests
+    def requests(self) -> list[RecordedRequest]:
+        """Return the service requests received so far, oldest first, as a list.
+
+        A copy of ``stats.requests`` (the latest 10,000): index and slice it freely
+        (``emu.requests[:2]``, ``emu.requests[-1]``).
+        """
+        return list(self.stats.requests)
 
     # -------------------------------------------------------------- data API
 
