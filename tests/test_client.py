@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import inspect
 import json
 import logging
 import threading
+import typing
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -208,6 +210,63 @@ async def test_raw_response_parse_error_carries_attempts(serve: Serve) -> None:
             raw.parse()
     assert info.value.attempts == 1
     assert info.value.path == "$.total"
+
+
+async def test_with_raw_response_takes_embeddings_and_returns_the_lean_page(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return json_answer(sample("search_page.json"))
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        raw = await client.with_raw_response.search("x", embeddings=False, page_size=2)
+        assert isinstance(client.with_raw_response, asyncsearch.RawResponseClient)
+    lean = raw.parse()
+    assert isinstance(lean, asyncsearch.LeanSearchPage)
+    assert lean.hits
+    assert not hasattr(lean.hits[0], "embeddings")
+    assert json.loads(server.seen[0].body)["pagination"] == {"pageSize": 2}
+
+
+def test_raw_response_client_has_every_endpoint_with_the_same_signature() -> None:
+    names = ("search", "get_extraction", "link_preview", "list_webhook_logs", "get_webhook_log")
+    for name in names:
+        raw_method = getattr(asyncsearch.RawResponseClient, name)
+        plain_method = getattr(AsyncSearchClient, name)
+        raw_overloads = typing.get_overloads(raw_method)
+        plain_overloads = typing.get_overloads(plain_method)
+        assert len(raw_overloads) == len(plain_overloads), name
+        # The implementations take the same arguments; each overload (or the method itself
+        # when there is none) returns an APIResponse of what the plain method returns.
+        pairs = list(zip(raw_overloads, plain_overloads, strict=True)) or [
+            (raw_method, plain_method)
+        ]
+        raw_parameters = inspect.signature(raw_method).parameters
+        assert raw_parameters == inspect.signature(plain_method).parameters, name
+        for raw_function, plain_function in pairs:
+            raw = inspect.signature(raw_function)
+            plain = inspect.signature(plain_function)
+            assert raw.parameters == plain.parameters, name
+            assert raw.return_annotation == f"APIResponse[{plain.return_annotation}]", name
+
+
+async def test_a_page_below_first_page_is_refused_before_sending(serve: Serve) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return json_answer(sample("search_page.json"))
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(InvalidRequestError, match="page must be >= 1, the client's first_page"):
+            await client.search("x", page=0)
+        with pytest.raises(InvalidRequestError, match="page must be >= 1"):
+            await client.with_raw_response.search("x", page=-3)
+        with pytest.raises(InvalidRequestError, match="start_page must be >= 1"):
+            client.search_hits("x", start_page=0)
+        assert server.seen == []
+        # No upper bound is invented: the spec fixes none.
+        await client.search("x", page=10**6, page_size=10**6)
+        async with make_client(server, first_page=0) as zero_based:
+            await zero_based.search("x", page=0)
+    assert [json.loads(r.body)["pagination"]["page"] for r in server.seen] == [10**6, 0]
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -16,8 +16,10 @@ from aiohttp import web
 
 from asyncsearch import (
     AsyncSearchClient,
+    ExtractionFailure,
     ExtractionJob,
     ExtractionResult,
+    ExtractionSuccess,
     InternalServerError,
     InvalidRequestError,
     NotFoundError,
@@ -26,6 +28,7 @@ from asyncsearch import (
     WaitTimeoutError,
     _client,
 )
+from asyncsearch.models import TERMINAL_JOB_STATES
 
 from .conftest import API_KEY, Handler, Server
 from .helpers import client_tasks, held_connections
@@ -117,6 +120,7 @@ async def test_gather_returns_every_id_once_in_order_with_typed_errors(
     assert results[62].job_id == uuid.UUID(ids[20])  # exactly as given
     for result in results:
         assert isinstance(result, ExtractionResult)
+        assert isinstance(result, ExtractionSuccess if result.ok else ExtractionFailure)
         assert (result.job is None) != (result.error is None)
         if result.job is not None:
             assert isinstance(result.job, ExtractionJob)
@@ -558,6 +562,42 @@ async def test_wait_for_extraction_polls_until_done(serve: Serve, no_backoff: li
     # The interval grows by 1.5x with +-20% jitter.
     assert 1.6 <= no_backoff[0] <= 2.4
     assert 2.4 <= no_backoff[1] <= 3.6
+
+
+async def test_wait_for_extraction_waits_past_processing_for_a_terminal_state(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    # "processing" is not "pending", and still not finished: the default waits past it.
+    states = ["pending", "processing", "processing", "failed"]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        job = await client.wait_for_extraction(job_ids(1)[0])
+    assert job.state == "failed"
+    assert len(server.seen) == 4
+    assert {"done", "failed"} == TERMINAL_JOB_STATES
+
+
+async def test_wait_for_extraction_until_other_states(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    states = ["pending", "processing", "done"]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        job = await client.wait_for_extraction(job_ids(1)[0], until={"processing", "done"})
+        assert job.state == "processing"
+        assert len(server.seen) == 2
+        for bad in ("done", [], [3]):
+            with pytest.raises(InvalidRequestError, match="until"):
+                await client.wait_for_extraction(job_ids(1)[0], until=bad)  # type: ignore[arg-type]
+    assert len(server.seen) == 2  # bad arguments send nothing
 
 
 async def test_wait_for_extraction_custom_condition(serve: Serve) -> None:

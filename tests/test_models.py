@@ -378,3 +378,22 @@ def test_embedding_matrix() -> None:
     page.hits.append(broken)
     with pytest.raises(ValueError, match="'short' has 1 small3_512 values where others have 512"):
         page.embedding_matrix()
+
+
+# -- to_dict / to_json ---------------------------------------------------------------------------
+
+
+def test_models_give_their_wire_form_as_dict_and_json() -> None:
+    body = (SAMPLES / "extraction_job.json").read_bytes()
+    job = msgspec.json.decode(body, type=ExtractionJob)
+    as_dict = job.to_dict()
+    # Wire names (camelCase), JSON-ready values, and a round trip to the same model.
+    assert "workspaceId" in as_dict
+    assert "workspace_id" not in as_dict
+    assert isinstance(as_dict["createdAt"], str)
+    assert json.loads(job.to_json()) == as_dict
+    assert msgspec.json.decode(job.to_json(), type=ExtractionJob) == job
+    # Request Structs too, leaving unset fields out as on the wire.
+    filters = asyncsearch.SearchFilters(kinds=["document"], parent_ids=["p1"])
+    assert filters.to_dict() == {"kinds": ["document"], "parentIds": ["p1"]}
+    assert filters.to_json() == b'{"kinds":["document"],"parentIds":["p1"]}'

@@ -7,7 +7,11 @@ import subprocess
 import sys
 import types
 
+import msgspec
+
 import asyncsearch
+import asyncsearch.concurrency
+import asyncsearch.models
 
 
 def _isort_key(name: str) -> tuple[int, str]:
@@ -34,6 +38,101 @@ def test_all_is_complete() -> None:
     assert public | {"__version__"} == set(asyncsearch.__all__)
     for name in asyncsearch.__all__:
         assert hasattr(asyncsearch, name)
+
+
+# Adding a name here is a decision: every one stays stable once published. What a user calls,
+# catches or annotates belongs here; the parts of a response are in asyncsearch.models and the
+# generic machinery in asyncsearch.concurrency.
+PUBLIC_NAMES = {
+    # the client and what its methods return
+    "AsyncSearchClient",
+    "APIResponse",
+    "RawResponseClient",
+    "SearchPager",
+    "ExtractionResult",
+    "ExtractionSuccess",
+    "ExtractionFailure",
+    "ExtractionResults",
+    # options
+    "Timeout",
+    "RetryBudget",
+    # errors
+    "AsyncSearchError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "APIStatusError",
+    "BadRequestError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "UnprocessableEntityError",
+    "RateLimitError",
+    "InternalServerError",
+    "ResponseValidationError",
+    "ResponseTooLargeError",
+    "InvalidRequestError",
+    "ConfigurationError",
+    "ClientClosedError",
+    "WaitTimeoutError",
+    # the models a caller meets first, and the search arguments
+    "SearchPage",
+    "SearchHit",
+    "LeanSearchPage",
+    "LeanSearchHit",
+    "ExtractionJob",
+    "LinkPreview",
+    "WebhookLogSummary",
+    "WebhookLog",
+    "SearchFilters",
+    "SearchQuery",
+    "Sort",
+    "SearchParams",
+    # the closed value sets
+    "ExtractionFormat",
+    "LinkType",
+    "JobState",
+    # functions
+    "image_data_url",
+    "__version__",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(asyncsearch.__all__) == PUBLIC_NAMES
+    assert len(PUBLIC_NAMES) <= 45
+
+
+def test_models_module_holds_every_wire_struct() -> None:
+    structs = {
+        name
+        for name, value in vars(asyncsearch._models).items()
+        if isinstance(value, type)
+        and issubclass(value, msgspec.Struct)
+        and not name.startswith("_")
+        and value.__module__ == "asyncsearch._models"
+    }
+    # WebhookLogList is only the envelope of list_webhook_logs, which returns its items.
+    assert structs - {"WebhookLogList"} <= set(asyncsearch.models.__all__)
+    for name in asyncsearch.models.__all__:
+        assert getattr(asyncsearch.models, name) is getattr(asyncsearch._models, name)
+    # Everything public at the top level that is a model is the same object here.
+    for name in asyncsearch.__all__:
+        if name in asyncsearch.models.__all__:
+            assert getattr(asyncsearch, name) is getattr(asyncsearch.models, name)
+
+
+def test_concurrency_module_holds_the_generic_machinery() -> None:
+    assert set(asyncsearch.concurrency.__all__) == {
+        "AdaptiveConcurrency",
+        "FanOut",
+        "Outcome",
+        "Pager",
+        "RetryBudget",
+        "fan_out",
+    }
+    for name in asyncsearch.concurrency.__all__:
+        assert getattr(asyncsearch.concurrency, name) is getattr(asyncsearch._concurrency, name)
 
 
 def test_error_tree() -> None:

@@ -1,0 +1,110 @@
+"""What a type checker sees: ``mypy --strict`` on small snippets of user code.
+
+These prove promises that only exist for a type checker (narrowing, Literal arguments, overload
+return types); the runtime side is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mypy", reason="the typing tests run mypy (in the test extra)")
+
+_TIMEOUT = 120
+
+GOOD = """
+from typing import assert_type
+
+from asyncsearch import (
+    AsyncSearchClient,
+    ExtractionFailure,
+    ExtractionJob,
+    ExtractionResult,
+    ExtractionSuccess,
+    LeanSearchPage,
+    SearchPage,
+    APIResponse,
+)
+
+
+def narrow(result: ExtractionResult) -> str:
+    if result.ok:
+        # No second None check: .ok narrows the union.
+        assert_type(result, ExtractionSuccess)
+        assert_type(result.job, ExtractionJob)
+        return result.job.id
+    assert_type(result, ExtractionFailure)
+    return str(result.error)
+
+
+async def calls(client: AsyncSearchClient) -> None:
+    assert_type(await client.search("q", page=2, page_size=10), SearchPage)
+    assert_type(await client.search("q", embeddings=False), LeanSearchPage)
+    raw = await client.with_raw_response.search("q", embeddings=False, sort={"field": "name"})
+    assert_type(raw, APIResponse[LeanSearchPage])
+    await client.get_extraction("id", format="markdown")
+    await client.link_preview("https://example.com", type="cache")
+    await client.wait_for_extraction("id", until={"processing", "done"})
+    async with client.search_hits("q", embeddings=False, max_items=5) as hits:
+        async for hit in hits:
+            print(hit.id)
+"""
+
+BAD = """
+from asyncsearch import AsyncSearchClient, ExtractionResult
+
+
+def no_narrowing(result: ExtractionResult) -> str:
+    return result.job.id
+
+
+async def typos(client: AsyncSearchClient) -> None:
+    await client.get_extraction("id", format="markdwon")
+    await client.link_preview("https://example.com", type="cached")
+    await client.wait_for_extraction("id", until={"finished"})
+    await client.search("q", pagesize=10)
+    client.search_pages("q", page=2)
+"""
+
+
+def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(textwrap.dedent(code))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / ".mypy_cache"),
+            str(snippet),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+        cwd=tmp_path,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(_TIMEOUT * 2)
+def test_typed_code_narrows_results_and_keeps_overload_types(tmp_path: Path) -> None:
+    result = _mypy(tmp_path, GOOD)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.timeout(_TIMEOUT * 2)
+def test_typos_in_closed_sets_and_argument_names_fail_type_checking(tmp_path: Path) -> None:
+    result = _mypy(tmp_path, BAD)
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    lines = sorted({int(line.split(":")[1]) for line in errors})
+    # One error per line of BAD that holds a mistake, and nothing else.
+    assert lines == [6, 10, 11, 12, 13, 14], result.stdout
