@@ -3,9 +3,11 @@
 from __future__ import annotations
 import __future__
 
+import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import msgspec
 
@@ -170,3 +172,11 @@ def test_import_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_readme_public_names_table_lists_exactly_all() -> None:
+    readme = (Path(asyncsearch.__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n## Public names\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    listed = [name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[2])]
+    assert sorted(listed) == sorted(asyncsearch.__all__)
