@@ -14,9 +14,9 @@ import logging
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, get_args
 
-from asyncsearch import Sort, __version__
+from asyncsearch import ExtractionFormat, LinkType, Sort, __version__
 
 from ._run import (
     ENV_API_KEY,
@@ -291,13 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[service],
     )
     extract.add_argument("job_id", metavar="JOB_ID")
-    extract.add_argument("--format", choices=("json", "markdown"), default=None)
+    extract.add_argument("--format", choices=get_args(ExtractionFormat), default=None)
     extract.add_argument("--json", action="store_true", help="the job as one JSON line")
 
     link = _subcommand(commands, "link", help="print the link preview of a URL", parents=[service])
     link.add_argument("url", metavar="URL")
     link.add_argument(
-        "--type", choices=("cache", "link"), default=None, help="cache (default) or link: re-read"
+        "--type", choices=get_args(LinkType), default=None, help="cache (default) or link: re-read"
     )
     link.add_argument("--json", action="store_true", help="the preview as one JSON line")
 
@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     many.add_argument(
         "--concurrency", type=_positive_int, default=16, metavar="N", help="default: 16"
     )
-    many.add_argument("--format", choices=("json", "markdown"), default=None)
+    many.add_argument("--format", choices=get_args(ExtractionFormat), default=None)
     many.add_argument(
         "--retry-failed",
         action="store_true",
