@@ -1,5 +1,5 @@
-"""Collects README.md: every code block in it runs as a test (see tests/readme.py)."""
+"""Collects README.md: every code block in it runs, in order, as one test (see tests/readme.py)."""
 
-from tests.readme import readme_sybil
+from tests.readme import collect_readme
 
-pytest_collect_file = readme_sybil.pytest()
+pytest_collect_file = collect_readme
