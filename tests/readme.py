@@ -296,6 +296,10 @@ class ReadmeExamples(pytest.Item):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_marker(pytest.mark.timeout(README_TIMEOUT))
+        if importlib.util.find_spec("ray") is not None:
+            # With Ray installed the README's Ray block runs too, so CI's `pytest -m ray` step
+            # (the only one with Ray) runs the whole README.
+            self.add_marker(pytest.mark.ray)
 
     def runtest(self) -> None:
         document = readme_sybil.parse(self.path)

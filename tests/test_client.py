@@ -444,7 +444,7 @@ def test_default_timeout_is_finite() -> None:
         v is not None and 0 < v < 1000
         for v in (default.connect, default.read, default.total, default.pool)
     )
-    assert Timeout.coerce(asyncsearch.NOT_GIVEN) == default
+    assert Timeout.coerce(asyncsearch._config.NOT_GIVEN) == default
     assert Timeout.coerce(5) == Timeout(connect=5, read=5, total=5, pool=5)
     with pytest.raises(ConfigurationError):
         Timeout(read=-1)

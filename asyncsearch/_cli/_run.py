@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncsearch import (
-    NOT_GIVEN,
     APIConnectionError,
     AsyncSearchClient,
     AsyncSearchError,
@@ -26,6 +25,7 @@ from asyncsearch import (
     NotFoundError,
     PermissionDeniedError,
 )
+from asyncsearch._config import NOT_GIVEN
 
 __all__ = [
     "ENV_API_KEY",
