@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -219,19 +221,31 @@ def evaluate_file(example: Example) -> None:
 
 
 def evaluate_shell(example: Example) -> None:
-    """Run an ``sh`` block with ``bash -e`` against the emulator; every command must succeed."""
+    """Run an ``sh`` block with ``bash -e`` against the emulator; every command must succeed.
+
+    The block runs in a process group of its own, ended when the block ends (or times out), so
+    that nothing it started, such as a server in the background, outlives it.
+    """
     readme = _readme(example)
-    result = subprocess.run(
+    process = subprocess.Popen(
         ["bash", "-e", "-c", str(example.parsed)],
         cwd=readme.workdir,
         env=readme.shell_env(),
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=BLOCK_TIMEOUT,
-        check=False,
+        start_new_session=True,
     )
-    assert result.returncode == 0, (
-        f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    try:
+        stdout, stderr = process.communicate(timeout=BLOCK_TIMEOUT)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if process.returncode is None:
+            process.communicate()
+    assert process.returncode == 0, (
+        f"exit {process.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
     )
 
 
