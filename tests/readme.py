@@ -1,8 +1,8 @@
-"""Runs the code blocks of README.md against the bundled emulator (collected by ../conftest.py).
+"""Runs the code blocks of README.md against the bundled emulator (see tests/test_readme.py).
 
 The convention the blocks assume is stated in the README ("Examples in this README"): one
 emulator and one client per README run, shared by every block, in a scratch working directory.
-sybil parses the blocks and evaluates them; the whole README is one test (``README.md::examples``),
+sybil parses the blocks and evaluates them; the whole README is one test (``tests/test_readme.py``),
 so that random order and parallel workers never separate blocks that build on each other.
 
 - ``python`` blocks run in one namespace, in order, with top-level ``await`` allowed (as in
@@ -37,13 +37,11 @@ import sys
 import tempfile
 import threading
 import traceback
-import unittest
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sybil import Example, Sybil
 from sybil.evaluators.python import pad
 from sybil.example import SybilFailure
@@ -291,67 +289,3 @@ readme_sybil = Sybil(
     teardown=_teardown,
     name="readme",
 )
-
-#: The whole README runs as one test, so that random test order (pytest-randomly) and workers
-#: (pytest-xdist) never split the blocks, which build on each other; a failure names its line.
-README_TIMEOUT = 600
-
-
-class ReadmeFile(pytest.File):
-    """README.md as a test file holding one test: its code blocks, in order."""
-
-    def collect(self) -> list[pytest.Item]:
-        return [ReadmeExamples.from_parent(self, name="examples")]
-
-
-class ReadmeExamples(pytest.Item):
-    """Every code block of README.md, run in order by sybil against one emulator."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.add_marker(pytest.mark.timeout(README_TIMEOUT))
-        if importlib.util.find_spec("ray") is not None:
-            # With Ray installed the README's Ray block runs too, so CI's `pytest -m ray` step
-            # (the only one with Ray) runs the whole README.
-            self.add_marker(pytest.mark.ray)
-
-    def runtest(self) -> None:
-        document = readme_sybil.parse(self.path)
-        namespace = document.namespace
-        ran: list[int] = []
-        skipped: list[str] = []
-        _setup(namespace)
-        try:
-            for example in document:
-                try:
-                    example.evaluate()
-                except unittest.SkipTest as skip:
-                    skipped.append(f"line {example.line}: {skip}")
-                else:
-                    ran.append(example.line)
-        finally:
-            _teardown(namespace)
-        self.add_report_section(
-            "call",
-            "readme",
-            f"{len(ran)} blocks and directives ran; skipped: " + ("; ".join(skipped) or "none"),
-        )
-        assert ran, "no code block of README.md ran"
-
-    def repr_failure(
-        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
-    ) -> str | Any:
-        if isinstance(excinfo.value, SybilFailure):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style)
-
-    def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, "README.md: every code block"
-
-
-def collect_readme(file_path: Path, parent: pytest.Collector) -> ReadmeFile | None:
-    """The ``pytest_collect_file`` of the repository's conftest.py: README.md at the root."""
-    if file_path.name == "README.md" and file_path.parent == readme_sybil.path:
-        file: ReadmeFile = ReadmeFile.from_parent(parent, path=file_path)
-        return file
-    return None
