@@ -19,10 +19,20 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import Any, Generic, Literal, Self, TypeAlias, TypeVar, Unpack, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    Self,
+    TypeAlias,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 from urllib.parse import urlsplit
 
-import aiohttp
 import anyio
 import msgspec
 
@@ -72,6 +82,9 @@ from ._models import (
 )
 from ._protocol import Request, Response, SearchParams, SearchWalkParams
 from ._transport import USER_AGENT, Transport
+
+if TYPE_CHECKING:
+    import aiohttp  # only for annotations: _transport.py is the one module that uses aiohttp
 
 __all__ = [
     "APIResponse",
@@ -532,8 +545,6 @@ class AsyncSearchClient:
         if base_url is None:
             base_url = os.environ.get(ENV_BASE_URL)
         _check_number("max_connections", max_connections, minimum=1, integer=True)
-        if session is not None and not isinstance(session, aiohttp.ClientSession):
-            raise ConfigurationError("session must be an aiohttp.ClientSession")
         if not isinstance(trust_env, bool):
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):

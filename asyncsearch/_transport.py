@@ -129,6 +129,8 @@ class Transport:
         max_connections: int,
         trust_env: bool,
     ) -> None:
+        if session is not None and not isinstance(session, aiohttp.ClientSession):
+            raise ConfigurationError("session must be an aiohttp.ClientSession")
         self._session = session
         self._owns_session = session is None
         self._max_connections = max_connections

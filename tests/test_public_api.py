@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import asyncsearch
 import asyncsearch.concurrency
@@ -202,3 +203,34 @@ def test_readme_public_names_table_lists_exactly_all() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     listed = [name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[2])]
     assert sorted(listed) == sorted(asyncsearch.__all__)
+
+
+def test_only_the_transport_imports_aiohttp_in_the_core() -> None:
+    """STYLE.md's one I/O seam: below the edges, aiohttp is imported by _transport.py alone
+    (elsewhere at most under ``TYPE_CHECKING``, for annotations)."""
+    import ast
+
+    package = Path(asyncsearch.__file__).parent
+    offenders = []
+    for path in sorted(package.glob("*.py")):
+        if path.name == "_transport.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:  # module level only: an `if TYPE_CHECKING:` body is not executed
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module is not None:
+                names = [node.module]
+            if any(name == "aiohttp" or name.startswith("aiohttp.") for name in names):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
+
+
+def test_a_session_that_is_not_an_aiohttp_session_is_refused() -> None:
+    with pytest.raises(asyncsearch.ConfigurationError, match=r"aiohttp\.ClientSession"):
+        asyncsearch.AsyncSearchClient(
+            api_key="k",
+            base_url="http://127.0.0.1:1",
+            session=object(),  # type: ignore[arg-type]
+        )
