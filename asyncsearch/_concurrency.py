@@ -696,7 +696,13 @@ class AdaptiveConcurrency:
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # Not asyncio (trio): the typed error every call promises. The check costs the
+            # fast path nothing more than the loop look-up it already made.
+            _require_asyncio()
+            raise
         while True:
             delay = self._paused_until - time.monotonic()
             if delay > 0:

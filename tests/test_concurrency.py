@@ -1562,3 +1562,22 @@ async def test_decode_page_must_keep_the_items_of_the_received_page() -> None:
 
     with pytest.raises(RuntimeError, match="1 items, the received page had 2"):
         await anext(make_pager(fetch, decode_page=decode, prefetch=False))
+
+
+@pytest.mark.parametrize("free_slot", [True, False], ids=["free-slot", "full"])
+def test_acquire_under_trio_says_asyncio_only(free_slot: bool) -> None:
+    controller = AdaptiveConcurrency(1)
+    if not free_slot:
+        controller._in_flight = 1  # the slow path: no slot free
+
+    async def main() -> BaseException | None:
+        try:
+            await controller.acquire()
+        except BaseException as exc:
+            return exc
+        return None
+
+    error = anyio.run(main, backend="trio")
+    assert isinstance(error, ConfigurationError), repr(error)
+    assert "asyncio only" in str(error)
+    assert controller._in_flight == (0 if free_slot else 1)  # no slot taken

@@ -393,6 +393,51 @@ async def test_a_gate_parks_requests_until_released(
     assert await status_of(http) == 200  # an open gate parks nothing
 
 
+async def test_a_hold_right_after_release_parks_only_the_new_requests(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    job = emu.jobs()[0]["id"]
+
+    async def extract() -> int:
+        async with http.get(f"/v2/extract/{job}") as response:
+            await response.read()
+            return response.status
+
+    emu.faults.hold("extract")
+    first = [asyncio.create_task(extract()) for _ in range(2)]
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(2, "extract")
+    # Same turn: the woken requests have not run yet when the new gate closes.
+    emu.faults.release("extract")
+    emu.faults.hold("extract")
+    async with asyncio.timeout(10):
+        assert await asyncio.gather(*first) == [200, 200]
+        third = asyncio.create_task(extract())
+        assert await emu.faults.wait_parked(1, "extract") == 1
+    assert not third.done()
+    assert emu.faults.held() == ["extract"]
+    emu.faults.release("extract")
+    async with asyncio.timeout(10):
+        assert await third == 200
+
+
+async def test_a_request_parked_at_two_gates_waits_for_both(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    emu.faults.hold("search")
+    emu.faults.hold("*")
+    call = asyncio.create_task(status_of(http))
+    async with asyncio.timeout(10):
+        await emu.faults.wait_parked(1, "search")
+        emu.faults.release("search")
+        emu.faults.hold("search")  # a new gate: not one this request parked at
+        await asyncio.sleep(0.05)
+        assert not call.done()  # still held by the "*" gate, closed when it parked
+        assert emu.faults.parked("search") == 1
+        emu.faults.release("*")
+        assert await call == 200
+
+
 async def test_a_released_request_still_meets_the_other_faults(
     http: aiohttp.ClientSession, emu: ServiceEmulator
 ) -> None:

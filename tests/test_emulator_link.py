@@ -240,3 +240,30 @@ async def test_bad_parameters_get_a_422(
 def test_add_page_refuses_relative_urls() -> None:
     with pytest.raises(ValueError, match="absolute"):
         ServiceEmulator().add_page("/x", "<title>x</title>")
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://a]b/x"])
+async def test_a_url_that_does_not_parse_gets_a_422_in_both_modes(url: str) -> None:
+    for strict in (False, True):
+        async with (
+            ServiceEmulator(api_key=KEY, strict=strict) as emulator,
+            aiohttp.ClientSession(emulator.base_url, headers={"X-Api-Key": KEY}) as session,
+        ):
+            body = await preview(session, status=422, url=url)
+        assert body["error"]["code"] == "validation_error"
+        assert body["error"]["field"] == "url"
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://a]b/x"])
+def test_add_page_refuses_a_url_that_does_not_parse(url: str) -> None:
+    emulator = ServiceEmulator()
+    with pytest.raises(ValueError, match="absolute http"):
+        emulator.add_page(url, "<title>x</title>")
+    assert not emulator.store.pages
+
+
+def test_add_page_refuses_a_url_or_html_that_is_not_a_string() -> None:
+    with pytest.raises(TypeError, match="strings"):
+        ServiceEmulator().add_page(b"https://example.org/", "<title>x</title>")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="strings"):
+        ServiceEmulator().add_page("https://example.org/", None)  # type: ignore[arg-type]

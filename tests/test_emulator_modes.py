@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from asyncsearch.testing import ServiceEmulator
+from asyncsearch.testing._errors import EmulatorHTTPError
 from asyncsearch.testing._requests import (
     MAX_BODY_BYTES,
     MAX_BODY_QUERIES,
@@ -38,6 +39,7 @@ SILENT_SEARCH_SHAPES: list[tuple[dict[str, Any], str]] = [
     ({"pagination": {"page": 0}}, "pagination.page"),
     ({"pagination": {"page": -3}}, "pagination.page"),
     ({"pagination": {"page": 1.0}}, "pagination.page"),
+    ({"filters": {"color": [2.0]}}, "filters.color[0]"),
     ({"pagination": {"pageSize": 0}}, "pagination.pageSize"),
     ({"pagination": {"pageSize": 101}}, "pagination.pageSize"),
     ({"pagination": {"page_size": 10}}, "pagination.page_size"),
@@ -131,6 +133,19 @@ def test_out_of_range_paging_is_clamped() -> None:
     assert lenient({"pagination": {"page": 3.0, "pageSize": 7.0}}).page_index == 2
     zero_based = parse_search({"pagination": {"page": -1}}, first_page=0, strict=False)
     assert zero_based.page_index == 0
+
+
+def test_integral_floats_count_as_integers_in_filters_too() -> None:
+    # The lenient mode reads 2.0 as 2 wherever an integer goes, paging or filters.color.
+    assert lenient({"filters": {"color": [2.0, 3]}}).filters.color == frozenset({2, 3})
+    assert lenient({"filters": {"color": [2.0]}}) == lenient({"filters": {"color": [2]}})
+    with pytest.raises(EmulatorHTTPError) as refused:
+        lenient({"filters": {"color": [2.5]}})
+    assert refused.value.field == "filters.color[0]"
+    with pytest.raises(EmulatorHTTPError) as strict:
+        parse_search({"filters": {"color": [2.0]}}, strict=True)
+    assert (strict.value.status, strict.value.field) == (422, "filters.color[0]")
+    assert str(strict.value) == "filters.color[0] must be an integer, not number"  # as before
 
 
 def test_unknown_sort_values_fall_back_to_the_default_order() -> None:

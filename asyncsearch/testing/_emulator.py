@@ -615,8 +615,12 @@ class ServiceEmulator:
         url = request.query.get("url")
         if url is None:
             raise validation_error("url is required", "url")
-        if self.strict:
+        try:
+            # Both modes: a URL urlsplit refuses (a stray "[" or "]" in the host) is no URI.
             parts = urlsplit(url)
+        except ValueError as exc:
+            raise validation_error(f"url is not a URI ({exc})", "url") from None
+        if self.strict:
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise validation_error("url must be an absolute http(s) URI", "url")
         elif not _URI_SCHEME_RE.match(url):

@@ -129,9 +129,10 @@ def format_retry_after(value: float | str | None) -> str | None:
 class _Gate:
     """A closed gate: how many requests may still pass, and the event set when it opens."""
 
-    __slots__ = ("opened", "passes")
+    __slots__ = ("generation", "opened", "passes")
 
-    def __init__(self) -> None:
+    def __init__(self, generation: int) -> None:
+        self.generation = generation  # gates made later have higher numbers
         self.opened = asyncio.Event()
         self.passes = 0
 
@@ -145,6 +146,7 @@ class Faults:
         self._rng = random.Random(seed)
         # Closed gates by endpoint (or "*").
         self._gates: dict[str, _Gate] = {}
+        self._gate_generation = 0
         self._parked: Counter[str] = Counter()
         self._parked_changed: list[asyncio.Future[None]] = []
 
@@ -213,7 +215,8 @@ class Faults:
             raise ValueError("after must be a non-negative integer")
         gate = self._gates.get(endpoint)
         if gate is None:
-            gate = self._gates[endpoint] = _Gate()
+            self._gate_generation += 1
+            gate = self._gates[endpoint] = _Gate(self._gate_generation)
         gate.passes = after
 
     def release(self, endpoint: str | None = None) -> None:
@@ -265,14 +268,28 @@ class Faults:
         }
 
     async def pass_gate(self, endpoint: str) -> None:
-        """Park a request to ``endpoint`` while its gate or the "*" gate is closed."""
+        """Park a request to ``endpoint`` while its gate or the "*" gate is closed.
+
+        Once parked, the request waits only on gates that were closed when it parked: a
+        ``hold`` right after the ``release`` that woke it makes a new gate for later requests.
+        """
+        newest: int | None = None  # the newest gate that can hold this request, once parked
         while True:
-            gate = self._gates.get(endpoint) or self._gates.get("*")
+            gate = next(
+                (
+                    found
+                    for found in (self._gates.get(endpoint), self._gates.get("*"))
+                    if found is not None and (newest is None or found.generation <= newest)
+                ),
+                None,
+            )
             if gate is None:
                 return
             if gate.passes > 0:
                 gate.passes -= 1
                 return
+            if newest is None:
+                newest = self._gate_generation
             self._parked[endpoint] += 1
             self._notify_parked()
             try:

@@ -186,10 +186,11 @@ def _string_set(value: Any, where: str) -> frozenset[str] | None:
     return frozenset(_string(item, f"{where}[{i}]") for i, item in enumerate(value)) or None
 
 
-def _integer_set(value: Any, where: str) -> frozenset[int] | None:
+def _integer_set(value: Any, where: str, strict: bool) -> frozenset[int] | None:
     if not isinstance(value, list):
         raise validation_error(f"{where} must be an array, not {_type_name(value)}", where)
-    return frozenset(_integer(item, f"{where}[{i}]") for i, item in enumerate(value)) or None
+    items = (_integer(item, f"{where}[{i}]", strict) for i, item in enumerate(value))
+    return frozenset(items) or None
 
 
 def _timestamp(value: Any, where: str, strict: bool) -> float | None:
@@ -220,7 +221,7 @@ def _filters(value: Any, where: str, strict: bool) -> Filters:
     ):
         strings[attr] = _string_set(data[wire], sub(wire)) if wire in data else None
     return Filters(
-        color=_integer_set(data["color"], sub("color")) if "color" in data else None,
+        color=_integer_set(data["color"], sub("color"), strict) if "color" in data else None,
         created_after=_timestamp(data.get("createdAfter"), sub("createdAfter"), strict),
         created_before=_timestamp(data.get("createdBefore"), sub("createdBefore"), strict),
         **strings,

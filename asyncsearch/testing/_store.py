@@ -525,7 +525,14 @@ class Store:
 
     def add_page(self, url: str, html: str) -> None:
         """Register (or replace) the HTML the link preview endpoint reads for ``url``."""
-        parts = urlsplit(url)
+        if not isinstance(url, str) or not isinstance(html, str):
+            raise TypeError("add_page takes the page URL and its HTML as strings")
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ValueError(
+                f"a page URL must be an absolute http(s) URL ({exc}): {url!r}"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("a page URL must be an absolute http(s) URL")
         self.pages[normalize_page_url(url)] = html
