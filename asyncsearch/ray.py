@@ -25,14 +25,15 @@ import asyncio
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypedDict, Unpack
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, TypedDict, TypeVar, Unpack, get_args
 
 import anyio
 import msgspec
 
 from asyncsearch import (
     AsyncSearchClient,
+    ExtractionFormat,
     InvalidRequestError,
     ResponseValidationError,
     RetryBudget,
@@ -42,13 +43,11 @@ from asyncsearch import (
     Sort,
     Timeout,
 )
-from asyncsearch._client import ENV_API_KEY, ENV_BASE_URL
-from asyncsearch._config import NOT_GIVEN, NotGiven
-from asyncsearch._protocol import check_extraction_format
 
 try:
     import numpy as np
     import pyarrow as pa
+    import pyarrow.fs as pafs
     import ray
     import ray.data
     from ray.data.extensions import ArrowTensorArray
@@ -73,6 +72,13 @@ EMBEDDING_DIMENSIONS: Mapping[Literal["small3_512", "clip2"], int] = {
     "clip2": 768,
 }
 
+#: The environment variables ``AsyncSearchClient`` reads its key and URL from (README: they are
+#: part of the public contract; this edge module uses only the public API, so names them here).
+_ENV_API_KEY = "ASYNCSEARCH_API_KEY"
+_ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
+
+T = TypeVar("T")
+
 #: The columns ``FetchExtractions`` returns (typed, so a batch of only nulls keeps its types).
 EXTRACTION_SCHEMA = pa.schema(
     [
@@ -87,7 +93,11 @@ EXTRACTION_SCHEMA = pa.schema(
 class ClientOptions(TypedDict, total=False):
     """Options of the ``AsyncSearchClient`` each actor or read task makes (see its docstring).
 
-    ``session`` and ``ssl`` are left out: they cannot be sent to another process.
+    Every keyword of ``AsyncSearchClient`` is here except ``api_key`` and ``base_url`` (their
+    own parameters, resolved differently by ``FetchExtractions`` and ``read_search``) and
+    ``session`` and ``ssl``, left out because they cannot be sent to another process. An option
+    not given is not passed, so the client's own default applies (``retry_budget``: a fresh
+    ``RetryBudget()`` per client; ``None`` turns it off).
     """
 
     base_id: str | None
@@ -101,6 +111,17 @@ class ClientOptions(TypedDict, total=False):
     max_retry_after: float
     max_redirects: int
     first_page: int
+    retry_budget: RetryBudget | None
+    retry_search: Literal["safe", "always"]
+
+
+async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
+    """Run ``coroutine`` in a task named ``name``: for ``run_coroutine_threadsafe``, which takes
+    no name, so that every task the SDK starts is named ``asyncsearch.<component>.<role>``."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.set_name(name)
+    return await coroutine
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,17 +175,17 @@ class FetchExtractions:
         api_key: str | None = None,
         base_url: str | None = None,
         concurrency: int = 16,
-        format: str | None = None,
-        retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
+        format: ExtractionFormat | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        self._format = check_extraction_format(format)
+        if format is not None and format not in get_args(ExtractionFormat):
+            formats = ", ".join(get_args(ExtractionFormat))
+            raise InvalidRequestError(f"format must be one of {formats} or None, got {format!r}")
+        self._format: ExtractionFormat | None = format
         self._concurrency = concurrency
-        self._client = AsyncSearchClient(
-            api_key, base_url=base_url, retry_budget=retry_budget, **options
-        )
+        self._client = AsyncSearchClient(api_key, base_url=base_url, **options)
         # Made on the first call, inside the actor's event loop (the constructor runs outside).
         self._limiter: anyio.CapacityLimiter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -224,11 +245,14 @@ class FetchExtractions:
     def __del__(self) -> None:
         # Ray Data drops the instance when the actor ends; its event loop runs in another thread
         # of the actor, and the client's connection pool belongs to that loop.
-        loop = self._loop
+        # getattr: __init__ may have raised (a bad parameter) before the attribute was set.
+        loop: asyncio.AbstractEventLoop | None = getattr(self, "_loop", None)
         if loop is None or loop.is_closed() or not loop.is_running():
             return
         try:
-            future = asyncio.run_coroutine_threadsafe(self._client.aclose(), loop)
+            future = asyncio.run_coroutine_threadsafe(
+                _named(self._client.aclose(), name="asyncsearch.ray.close"), loop
+            )
             # Waiting from the loop's own thread would wait forever: there, only schedule it.
             if threading.current_thread() is not self._loop_thread:
                 future.result(timeout=5)
@@ -331,8 +355,10 @@ class _SearchWalk:
         )
         thread.start()
 
-        def run(coroutine: Any) -> Any:
-            return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+        def run(coroutine: Coroutine[Any, Any, T]) -> T:
+            return asyncio.run_coroutine_threadsafe(
+                _named(coroutine, name="asyncsearch.ray.read_search"), loop
+            ).result()
 
         async def start() -> Any:
             client = AsyncSearchClient(**self._client_arguments)
@@ -349,8 +375,10 @@ class _SearchWalk:
                     if page.hits:
                         yield _hits_table(page)
             finally:
-                run(pager.aclose())
-                run(client.aclose())
+                try:
+                    run(pager.aclose())
+                finally:  # the client is closed even when closing the pager fails
+                    run(client.aclose())
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
@@ -373,7 +401,6 @@ def read_search(
     dedupe: bool = False,
     api_key: str | None = None,
     base_url: str | None = None,
-    retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
     ray_remote_args: Mapping[str, Any] | None = None,
     **options: Unpack[ClientOptions],
 ) -> Any:
@@ -397,11 +424,9 @@ def read_search(
     # The key and URL are resolved in this process, so the read task needs no environment.
     client_arguments: dict[str, Any] = {
         **options,
-        "api_key": os.environ.get(ENV_API_KEY) if api_key is None else api_key,
-        "base_url": os.environ.get(ENV_BASE_URL) if base_url is None else base_url,
+        "api_key": os.environ.get(_ENV_API_KEY) if api_key is None else api_key,
+        "base_url": os.environ.get(_ENV_BASE_URL) if base_url is None else base_url,
     }
-    if not isinstance(retry_budget, NotGiven):
-        client_arguments["retry_budget"] = retry_budget
     # Made here to check the options now; it never sends anything (its connection pool is made
     # on the first request), so it needs no closing.
     probe = AsyncSearchClient(**client_arguments)
@@ -443,10 +468,11 @@ def unwritten_job_ids(
     """The rows of ``ids`` (a Dataset with a ``job_id`` column) whose id is not yet written.
 
     ``written`` is the output of earlier runs of ``FetchExtractions`` (a directory or files
-    written by ``write_parquet`` or ``write_json``; a path that does not exist yet means nothing
-    is written). With ``retry_failed`` the ids written only with an error count as not written,
-    so they are fetched again. The written ids are collected on the driver (a set of strings:
-    about 100 bytes an id) and the filter runs on the cluster.
+    written by ``write_parquet`` or ``write_json``, as local paths or URIs such as ``s3://...``;
+    a path with nothing there yet means nothing is written). With ``retry_failed`` the ids
+    written only with an error count as not written, so they are fetched again. The written
+    ids are collected on the driver (a set of strings: about 100 bytes an id) and the filter
+    runs on the cluster.
     """
     if format not in ("parquet", "json"):
         raise InvalidRequestError(f"format must be 'parquet' or 'json', got {format!r}")
@@ -464,7 +490,7 @@ def _written_ids(
     written: str | Sequence[str], *, format: Literal["parquet", "json"], retry_failed: bool
 ) -> set[str]:
     paths = [written] if isinstance(written, str) else list(written)
-    paths = [p for p in paths if os.path.exists(p) and (not os.path.isdir(p) or os.listdir(p))]
+    paths = [p for p in paths if _has_output(p)]
     if not paths:
         return set()
     dataset = ray.data.read_parquet(paths) if format == "parquet" else ray.data.read_json(paths)
@@ -482,3 +508,17 @@ def _written_ids(
     if retry_failed:
         return done
     return done | failed
+
+
+def _has_output(path: str) -> bool:
+    """Whether ``path`` (a local path or a URI such as ``s3://...``) holds anything written."""
+    if "://" not in path:
+        return os.path.exists(path) and (not os.path.isdir(path) or bool(os.listdir(path)))
+    # A URI (s3://, gs://, file://, ...): os.path knows nothing of it, so ask its filesystem.
+    filesystem, inner = pafs.FileSystem.from_uri(path)
+    info = filesystem.get_file_info(inner)
+    if info.type == pafs.FileType.NotFound:
+        return False
+    if info.type == pafs.FileType.Directory:
+        return bool(filesystem.get_file_info(pafs.FileSelector(inner, recursive=False)))
+    return True

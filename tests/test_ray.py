@@ -394,3 +394,107 @@ def test_ray_export_benchmark_runs_quick(
     assert "machine: " in out
     assert json.loads(results.read_text())["benchmark"] == "ray_export"
     assert children() <= before, "the emulator process was left running"
+
+
+def test_resume_reads_what_was_written_at_a_uri(ray_session: Any, tmp_path: Path) -> None:
+    # Remote storage (s3://, gs://) is given as a URI, where os.path finds nothing: resuming
+    # used to fetch every id again and write each one twice. file:// goes the same way.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from asyncsearch.ray import EXTRACTION_SCHEMA, unwritten_job_ids
+
+    out = tmp_path / "out"
+    out.mkdir()
+    written = {"job_id": ["a", "b", "c"], "state": ["done"] * 3, "extraction": [None] * 3}
+    written["error"] = [None, None, "InternalServerError: 503"]
+    pq.write_table(pa.Table.from_pydict(written, schema=EXTRACTION_SCHEMA), out / "0.parquet")
+    ids = ray_session.data.from_items([{"job_id": i} for i in "abcd"])
+
+    def todo(path: str, **options: Any) -> list[str]:
+        return sorted(row["job_id"] for row in unwritten_job_ids(ids, path, **options).take_all())
+
+    assert out.as_uri().startswith("file://")
+    assert todo(out.as_uri()) == ["d"]
+    assert todo(out.as_uri(), retry_failed=True) == ["c", "d"]
+    assert todo((out / "0.parquet").as_uri()) == ["d"]
+    # A URI with nothing there yet (missing, or an empty folder) means nothing is written.
+    (tmp_path / "empty").mkdir()
+    assert todo((tmp_path / "missing").as_uri()) == ["a", "b", "c", "d"]
+    assert todo((tmp_path / "empty").as_uri()) == ["a", "b", "c", "d"]
+
+
+def test_search_walk_closes_the_client_when_closing_the_pager_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from asyncsearch.ray import _SearchWalk
+
+    task_names: list[str] = []
+    closed: list[AsyncSearchClient] = []
+
+    def record() -> None:
+        task = asyncio.current_task()
+        task_names.append(task.get_name() if task is not None else "no task")
+
+    class FailingPager:
+        async def __anext__(self) -> Any:
+            record()
+            raise StopAsyncIteration
+
+        async def aclose(self) -> None:
+            record()
+            raise RuntimeError("closing the pager failed")
+
+    original_aclose = AsyncSearchClient.aclose
+
+    async def aclose(self: AsyncSearchClient) -> None:
+        record()
+        closed.append(self)
+        await original_aclose(self)
+
+    monkeypatch.setattr(AsyncSearchClient, "search_pages", lambda self, **_: FailingPager())
+    monkeypatch.setattr(AsyncSearchClient, "aclose", aclose)
+    walk = _SearchWalk({"api_key": KEY, "base_url": "http://127.0.0.1:9"}, {"text": "x"})
+    with pytest.raises(RuntimeError, match="closing the pager failed"):
+        list(walk({"walk": [0]}))
+    assert len(closed) == 1
+    # The tasks asyncsearch.ray starts on the walk's loop are named like every SDK task.
+    assert task_names == ["asyncsearch.ray.read_search"] * 3
+
+
+def test_client_options_are_every_option_that_can_go_to_another_process() -> None:
+    import inspect
+
+    from asyncsearch import InvalidRequestError
+    from asyncsearch.ray import ClientOptions, FetchExtractions
+
+    keywords = set(inspect.signature(AsyncSearchClient.__init__).parameters) - {"self"}
+    # api_key and base_url are parameters of their own; a session or an SSL context cannot be
+    # sent to another process.
+    assert set(ClientOptions.__optional_keys__) == keywords - {
+        "api_key",
+        "base_url",
+        "session",
+        "ssl",
+    }
+    with pytest.raises(InvalidRequestError, match="format must be one of json, markdown"):
+        FetchExtractions(api_key=KEY, format="xml")  # type: ignore[arg-type]
+
+
+def test_ray_module_uses_only_the_public_api() -> None:
+    import ast
+
+    import asyncsearch.ray
+
+    tree = ast.parse(Path(asyncsearch.ray.__file__).read_text())
+    imported = [
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    ] + [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
+    assert [name for name in imported if name.startswith("asyncsearch._")] == []

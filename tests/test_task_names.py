@@ -101,9 +101,15 @@ def test_every_task_the_package_starts_is_named() -> None:
                 continue
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name not in {"create_task", "ensure_future", "start_soon"}:
+            keywords = node.keywords
+            if name == "run_coroutine_threadsafe":
+                # It takes no name: the coroutine it is given must name its task itself, as
+                # asyncsearch.ray's `_named(coroutine, name=...)` does.
+                given = node.args[0] if node.args else None
+                keywords = given.keywords if isinstance(given, ast.Call) else []
+            elif name not in {"create_task", "ensure_future", "start_soon"}:
                 continue
-            named = [k for k in node.keywords if k.arg == "name"]
+            named = [k for k in keywords if k.arg == "name"]
             if not named:
                 unnamed.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
                 continue
