@@ -260,7 +260,16 @@ def _reporting(evaluator: Callable[[Example], None]) -> Callable[[Example], None
     return evaluate
 
 
+def _shut_down_ray() -> None:
+    """The README's Ray block starts and stops a local Ray of its own: none may run around it
+    (tests/test_ray.py keeps one between its tests), and a failing block must not leave one."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 def _setup(namespace: dict[str, Any]) -> None:
+    _shut_down_ray()
     readme = Readme()
     namespace["__readme__"] = readme
     try:
@@ -272,8 +281,11 @@ def _setup(namespace: dict[str, Any]) -> None:
 
 def _teardown(namespace: dict[str, Any]) -> None:
     readme = namespace.get("__readme__")
-    if isinstance(readme, Readme):
-        readme.stop()
+    try:
+        _shut_down_ray()
+    finally:
+        if isinstance(readme, Readme):
+            readme.stop()
 
 
 readme_sybil = Sybil(

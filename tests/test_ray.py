@@ -83,16 +83,31 @@ class ThreadedEmulator:
 
 
 @pytest.fixture(scope="session")
-def ray_session() -> Iterator[Any]:
+def _ray_for_the_session() -> Iterator[None]:
+    """Shut down at the end of the session whatever Ray the tests started."""
+    yield None
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_session(_ray_for_the_session: None) -> Any:
+    """A local Ray (``ray.init(num_cpus=2)``), started once and kept for the next tests.
+
+    Started here when it is not running, rather than once in a session fixture: the README test
+    (tests/test_readme.py, also marked ``ray``) runs the README's own ``ray.init(...)`` and
+    ``ray.shutdown()``, so it shuts down a Ray it finds running first, and random test order may
+    put it between two of these tests.
+    """
     import ray
     import ray.data
 
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    return ray
 
 
 @pytest.fixture(scope="session")

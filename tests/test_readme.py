@@ -20,6 +20,8 @@ pytestmark = [
     # With Ray installed the README's Ray block runs too, so CI's `pytest -m ray` step (the only
     # one with Ray) runs the whole README; without it that block is skipped, saying so.
     *([pytest.mark.ray] if importlib.util.find_spec("ray") is not None else []),
+    # Ray's own deprecation warnings (as in tests/test_ray.py), not the README's.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray"),
 ]
 
 
