@@ -1085,17 +1085,22 @@ class AsyncSearchClient:
             return response.parse()
 
         # Pipelined walk of full pages: a page with embeddings takes about as long to decode as
-        # a round trip, so the pager reads only hasMore, total and the hit ids (a view that
-        # skips the rest, ~1/3 of the full decode) and sends the next request before decoding
-        # the page. Chosen over sending the next request speculatively, which would need no
-        # view at all, because a speculative request reaches the service at the end of every
-        # walk (and after an empty or repeated page), and cannot know a max_items cap before
-        # the page is read. Lean pages are cheap to decode in full: no view, no pipelining.
-        # Without prefetch there is nothing to overlap, so the page is decoded in one go.
+        # a round trip, so the next request goes out before the page is decoded. Whether there
+        # is a next page is read from the page's first bytes (search_page_continues: hasMore
+        # and whether hits is empty, ~10 us), so the request goes out the moment the page is
+        # in, and the decode overlaps all of the next round trip. When those bytes do not tell
+        # (another key order), a view reads hasMore, total and the hit ids (skipping the rest,
+        # ~1/3 of the full decode) and the pager decides on it before sending. Measured against
+        # sending speculatively (no look at all): as fast, without a request past the end of
+        # every walk. A page identical to the one before is not read early: a service that
+        # ignores the page number is caught by the view before anything more is sent.
+        # Lean pages are cheap to decode in full: no view, no pipelining. Without prefetch
+        # there is nothing to overlap, so the page is decoded in one go.
         async def fetch_received(number: int) -> _ReceivedPage:
             response = await self._send(protocol.search(text, **params, page=number))
+            repeated = response.content == held[0]
             held[0] = response.content
-            return _ReceivedPage(response)
+            return _ReceivedPage(response, repeated=repeated)
 
         pipelined = embeddings and prefetch
         return SearchPager(
@@ -1113,6 +1118,8 @@ class AsyncSearchClient:
             dedupe=dedupe,
             logger=logger,
             decode_page=_decode_received if pipelined else None,
+            peek=_received_continues if pipelined else None,
+            page_size=params.get("page_size"),
         )
 
     # -- bulk extraction results -------------------------------------------------------------
@@ -1281,30 +1288,52 @@ def _redirect_reason(response: Response) -> str | None:
 
 
 class _ReceivedPage:
-    """A search page as received: the response and a view of it, not decoded yet.
+    """A search page as received: the response, not decoded yet.
 
-    Answers ``hits`` (ids only), ``has_more`` and ``total`` like a page, so the pager's
-    functions read it as they read a decoded page.
+    Answers ``hits`` (ids only), ``has_more`` and ``total`` like a page, from a view read on
+    first use, so the pager's functions read it as they read a decoded page; ``continues``
+    (``search_page_continues``) is the pager's ``peek``, read without the view.
     """
 
-    __slots__ = ("has_more", "hits", "response", "total")
+    __slots__ = ("_head", "continues", "response")
 
-    def __init__(self, response: APIResponse[SearchPage]) -> None:
+    def __init__(self, response: APIResponse[SearchPage], *, repeated: bool) -> None:
         self.response = response
-        try:
-            head = protocol.search_page_head(response.content)
-        except ResponseValidationError:
-            # Raise the error of the full decode, which names SearchPage and the attempts and
-            # keeps the key out of the body; should the full decode pass, read the page.
-            page = response.parse()
-            head = SearchPageHead(
-                total=page.total,
-                has_more=page.has_more,
-                hits=[SearchHitId(id=hit.id) for hit in page.hits],
-            )
-        self.hits: list[SearchHitId] = head.hits
-        self.has_more = head.has_more
-        self.total = head.total
+        self.continues = None if repeated else protocol.search_page_continues(response.content)
+        self._head: SearchPageHead | None = None
+
+    def _view(self) -> SearchPageHead:
+        head = self._head
+        if head is None:
+            try:
+                head = protocol.search_page_head(self.response.content)
+            except ResponseValidationError:
+                # Raise the error of the full decode, which names SearchPage and the attempts
+                # and keeps the key out of the body; should the full decode pass, read the page.
+                page = self.response.parse()
+                head = SearchPageHead(
+                    total=page.total,
+                    has_more=page.has_more,
+                    hits=[SearchHitId(id=hit.id) for hit in page.hits],
+                )
+            self._head = head
+        return head
+
+    @property
+    def hits(self) -> list[SearchHitId]:
+        return self._view().hits
+
+    @property
+    def has_more(self) -> bool:
+        return self._view().has_more
+
+    @property
+    def total(self) -> int:
+        return self._view().total
+
+
+def _received_continues(received: _ReceivedPage) -> bool | None:
+    return received.continues
 
 
 def _decode_received(received: _ReceivedPage) -> SearchPage:

@@ -896,6 +896,22 @@ class Pager(AsyncClosing, Generic[Y]):
         same order. An error from ``decode_page`` ends the walk like a fetch error (the next
         request, already sent, is cancelled). Without ``prefetch`` it changes nothing but
         where the decoding happens.
+    :param peek: with ``decode_page``, a look at the received page that costs next to nothing
+        (not even the view): ``True`` when the walk certainly goes on after it, ``False`` when
+        it certainly ends, ``None`` when it cannot tell. On ``True`` the request for the next
+        page is sent the moment the page is received, before anything of it is read, unless a
+        decision about this page could still end the walk before it: ``max_pages`` reached,
+        ``max_items`` within one ``page_size`` (or no ``page_size``), the last stale page
+        ``dedupe`` allows. The page is then decoded and everything is decided on the decoded
+        page as usual; if it ends the walk after all (the service ignored the page number and
+        repeated the page, a page held only duplicates once too often, or the page was larger
+        than ``page_size`` and reached ``max_items``), the request sent ahead is cancelled and
+        never becomes a page, but it may have reached the service. On ``False`` the page is
+        decoded at once (nothing can overlap it) and decided on; on ``None``, or on ``True``
+        when it may not send ahead, the walk proceeds as without ``peek``.
+    :param page_size: the most items a page holds (the page size the fetch asks for), so that
+        ``peek`` can send ahead in a walk with ``max_items`` while the cap is more than a page
+        away.
     :raises InvalidRequestError: for bad arguments, at construction.
     """
 
@@ -917,6 +933,8 @@ class Pager(AsyncClosing, Generic[Y]):
         dedupe: bool = False,
         logger: logging.Logger | None = None,
         decode_page: Callable[[Any], P] | None = None,
+        peek: Callable[[Any], bool | None] | None = None,
+        page_size: int | None = None,
     ) -> None: ...
 
     @overload
@@ -937,6 +955,8 @@ class Pager(AsyncClosing, Generic[Y]):
         dedupe: bool = False,
         logger: logging.Logger | None = None,
         decode_page: Callable[[Any], P] | None = None,
+        peek: Callable[[Any], bool | None] | None = None,
+        page_size: int | None = None,
     ) -> None: ...
 
     def __init__(
@@ -956,6 +976,8 @@ class Pager(AsyncClosing, Generic[Y]):
         dedupe: bool = False,
         logger: logging.Logger | None = None,
         decode_page: Callable[[Any], Any] | None = None,
+        peek: Callable[[Any], bool | None] | None = None,
+        page_size: int | None = None,
     ) -> None:
         for name, func in (
             ("fetch_page", fetch_page),
@@ -969,6 +991,7 @@ class Pager(AsyncClosing, Generic[Y]):
             ("page_total", page_total),
             ("replace_items", replace_items),
             ("decode_page", decode_page),
+            ("peek", peek),
         ):
             if optional is not None and not callable(optional):
                 raise InvalidRequestError(f"{name} must be callable or None")
@@ -979,6 +1002,12 @@ class Pager(AsyncClosing, Generic[Y]):
         for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
             if cap is not None and (not _is_int(cap) or cap < 1):
                 raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
+        if peek is not None and decode_page is None:
+            raise InvalidRequestError("peek reads received pages: it needs decode_page")
+        if page_size is not None and (not _is_int(page_size) or page_size < 1):
+            raise InvalidRequestError(
+                f"page_size must be an integer >= 1 or None, not {page_size!r}"
+            )
         if mode == "pages" and replace_items is None and (dedupe or max_items is not None):
             raise InvalidRequestError(
                 "replace_items is needed to walk pages with dedupe or max_items"
@@ -996,6 +1025,8 @@ class Pager(AsyncClosing, Generic[Y]):
         self._dedupe = bool(dedupe)
         self._logger = logger if logger is not None else _LOGGER
         self._decode_page = decode_page
+        self._peek = peek
+        self._page_size = page_size
 
         self._next_fetch: int | None = start_page  # the page to fetch next; None past the end
         self._resume: int | None = start_page  # see next_page
@@ -1065,6 +1096,13 @@ class Pager(AsyncClosing, Generic[Y]):
 
     async def _take_page(self) -> tuple[int, Any, list[Any]] | None:
         """Fetch pages until one has items to hand out; None when the walk is over."""
+        taken = await self._take_decided_page()
+        if self._pending is not None and (taken is None or not self._wants_more()):
+            # A request sent ahead on peek's word, for a page the walk turned out not to need.
+            await self._drop_pending()
+        return taken
+
+    async def _take_decided_page(self) -> tuple[int, Any, list[Any]] | None:
         while True:
             if self._max_items is not None and self._accepted >= self._max_items:
                 if self._cut or self._next_fetch is not None:
@@ -1090,6 +1128,23 @@ class Pager(AsyncClosing, Generic[Y]):
 
             page = await self._fetch(page_no)
             self._pages_fetched += 1
+            decoded = self._decode_page is None
+            if not decoded and self._peek is not None:
+                assert self._decode_page is not None
+                hint = self._peek(page)
+                if hint and self._prefetch and self._may_send_early():
+                    # The page says there is more before a byte of it is read: the next request
+                    # goes out now, overlapping the whole decode (_take_page cancels it if the
+                    # decoded page ends the walk after all).
+                    self._pending = self._spawn(page_no + 1, PAGER_PREFETCH_TASK)
+                    await self._head_start()
+                    page = self._decode_page(page)
+                    decoded = True
+                elif hint is False:
+                    # The walk ends here: nothing to overlap, so no view either.
+                    page = self._decode_page(page)
+                    decoded = True
+                # Otherwise the view decides, and the next request goes out before the decode.
             items = list(self._page_items(page))
             if self._page_total is not None:
                 total = self._page_total(page)
@@ -1147,9 +1202,11 @@ class Pager(AsyncClosing, Generic[Y]):
                     count = room
                     self._cut = True
             self._accepted += count
-            self._start_prefetch()
-            await self._head_start()
-            if self._decode_page is not None:
+            if self._pending is None:
+                self._start_prefetch()
+                await self._head_start()
+            if not decoded:
+                assert self._decode_page is not None
                 # The costly part, now that the next request is on the wire.
                 page = self._decode_page(page)
                 items = list(self._page_items(page))
@@ -1185,16 +1242,34 @@ class Pager(AsyncClosing, Generic[Y]):
         task.add_done_callback(_retrieve)
         return task
 
-    def _start_prefetch(self) -> None:
-        page_no = self._next_fetch
-        if (
-            not self._prefetch
-            or page_no is None
-            or (self._max_pages is not None and self._pages_fetched >= self._max_pages)
-            or (self._max_items is not None and self._accepted >= self._max_items)
+    def _wants_more(self) -> bool:
+        """Whether the walk, as decided so far, fetches another page."""
+        return (
+            self._next_fetch is not None
+            and (self._max_pages is None or self._pages_fetched < self._max_pages)
+            and (self._max_items is None or self._accepted < self._max_items)
+        )
+
+    def _may_send_early(self) -> bool:
+        """Whether no decision about the page just received can end the walk before the next."""
+        if self._max_pages is not None and self._pages_fetched >= self._max_pages:
+            return False
+        if self._max_items is not None and (
+            self._page_size is None or self._accepted + self._page_size >= self._max_items
         ):
-            return
-        self._pending = self._spawn(page_no, PAGER_PREFETCH_TASK)
+            return False
+        return not (self._dedupe and self._stale_pages + 1 >= _MAX_STALE_PAGES)
+
+    def _start_prefetch(self) -> None:
+        if self._prefetch and self._wants_more():
+            assert self._next_fetch is not None
+            self._pending = self._spawn(self._next_fetch, PAGER_PREFETCH_TASK)
+
+    async def _drop_pending(self) -> None:
+        task, self._pending = self._pending, None
+        if task is not None and not task.done():
+            task.cancel()
+            await _wait_shielded({task})
 
     async def _head_start(self) -> None:
         task = self._pending

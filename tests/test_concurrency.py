@@ -1564,6 +1564,190 @@ async def test_decode_page_must_keep_the_items_of_the_received_page() -> None:
         await anext(make_pager(fetch, decode_page=decode, prefetch=False))
 
 
+# -- peek: the next request goes out the moment a page is received ------------------------------
+
+
+class Watched:
+    """A page as received, recording when the walk reads its view (items, flags, total)."""
+
+    def __init__(self, page: FakePage, events: list[tuple[str, int]]) -> None:
+        self.page = page
+        self._events = events
+
+    def _viewed(self) -> FakePage:
+        self._events.append(("viewed", self.page.number))
+        return self.page
+
+    @property
+    def items(self) -> tuple[str, ...]:
+        return self._viewed().items
+
+    @property
+    def more(self) -> bool:
+        return self._viewed().more
+
+    @property
+    def total(self) -> int | None:
+        return self._viewed().total
+
+
+def watched_walk(
+    page: Callable[[int], FakePage],
+    *,
+    hint: Callable[[FakePage], bool | None] = lambda p: p.more and bool(p.items),
+    **kwargs: Any,
+) -> tuple[Pager[Any], list[tuple[str, int]]]:
+    """A pipelined walk with ``peek``, and the log of what it did, in order."""
+    events: list[tuple[str, int]] = []
+
+    async def fetch(n: int) -> Watched:
+        events.append(("sent", n))
+        return Watched(page(n), events)
+
+    def peek(received: Watched) -> bool | None:
+        events.append(("peeked", received.page.number))
+        return hint(received.page)
+
+    def decode(received: Watched) -> FakePage:
+        events.append(("decoded", received.page.number))
+        return received.page
+
+    options: dict[str, Any] = {"decode_page": decode, "peek": peek, "page_size": 10}
+    options.update(kwargs)
+    return make_pager(fetch, **options), events
+
+
+@pytest.mark.parametrize("mode", ["pages", "items"])
+async def test_peek_sends_the_next_request_before_anything_of_the_page_is_read(mode: str) -> None:
+    pager, events = watched_walk(catalogue(25, 10), mode=mode)
+    got = [x async for x in pager]
+    flat = got if mode == "items" else [i for p in got for i in p.items]
+    assert flat == [f"i{k}" for k in range(25)]
+    # No view is read: the request for page n + 1 follows the peek at page n at once.
+    assert events == [
+        ("sent", 1),
+        ("peeked", 1),
+        ("sent", 2),
+        ("decoded", 1),
+        ("peeked", 2),
+        ("sent", 3),
+        ("decoded", 2),
+        ("peeked", 3),  # says the walk ends here: decoded at once
+        ("decoded", 3),
+    ]
+
+
+async def test_when_peek_cannot_tell_the_walk_decides_on_the_view_first() -> None:
+    pager, events = watched_walk(catalogue(15, 10), hint=lambda p: None)
+    assert [i for p in [p async for p in pager] for i in p.items] == [f"i{k}" for k in range(15)]
+    first = events[: events.index(("decoded", 1)) + 1]
+    assert first[:2] == [("sent", 1), ("peeked", 1)]
+    assert ("viewed", 1) in first
+    assert first.index(("viewed", 1)) < first.index(("sent", 2)) < first.index(("decoded", 1))
+
+
+def duplicates_only(n: int) -> FakePage:
+    """Page 1 has i0..i9; every later page the same items in another order (never repeated)."""
+    items = [f"i{k}" for k in range(10)]
+    shift = n - 1
+    return FakePage(n, tuple(items[shift:] + items[:shift]), more=True)
+
+
+@pytest.mark.parametrize(
+    ("page", "kwargs", "calls"),
+    [
+        (catalogue(100, 10), {"max_pages": 2}, [1, 2]),
+        (catalogue(100, 10), {"max_items": 25}, [1, 2, 3]),
+        (catalogue(100, 10), {"max_items": 20}, [1, 2]),
+        (duplicates_only, {"dedupe": True}, [1, 2, 3, 4]),
+    ],
+    ids=["max_pages", "max_items", "max_items-at-a-page-end", "last-stale-page"],
+)
+async def test_peek_never_sends_ahead_past_what_the_page_itself_may_end(
+    page: Callable[[int], FakePage], kwargs: dict[str, Any], calls: list[int]
+) -> None:
+    # Every page says "more" at a peek; the request for a page past a cap, or past the last
+    # stale page dedupe allows, is still never sent.
+    pager, events = watched_walk(page, **kwargs)
+    async for _ in pager:
+        pass
+    assert [n for what, n in events if what == "sent"] == calls
+
+
+async def test_without_page_size_peek_does_not_send_ahead_in_a_walk_with_max_items() -> None:
+    pager, events = watched_walk(catalogue(100, 10), max_items=95, page_size=None)
+    assert len([i async for p in pager for i in p.items]) == 95
+    # Each next request waits for the page's view: how many items a page brings is not known.
+    assert events.index(("viewed", 1)) < events.index(("sent", 2))
+
+
+def misleading(
+    reason: str,
+) -> tuple[Callable[[int], FakePage], dict[str, Any], list[str], int]:
+    """A service whose page the peek reads as "more" but whose decoded page ends the walk.
+
+    Returns the pages, the pager's options, the items the walk must hand out, and the page
+    sent ahead on the peek's word that must be cancelled.
+    """
+    if reason == "has_more":  # the page says more in its first bytes and no more in full
+        return (lambda n: FakePage(n, ("a", "b"), more=False)), {}, ["a", "b"], 2
+    if reason == "repeated":  # the service ignores the page number
+        return (lambda n: FakePage(n, ("a", "b"), more=True)), {}, ["a", "b"], 3
+    # a page larger than the page size asked for reaches max_items
+    big = tuple(f"i{k}" for k in range(30))
+    return (lambda n: FakePage(n, big, more=True)), {"max_items": 25}, list(big[:25]), 2
+
+
+@pytest.mark.parametrize("reason", ["has_more", "repeated", "oversized-page"])
+async def test_a_request_sent_on_peeks_word_is_cancelled_when_the_page_ends_the_walk(
+    reason: str,
+) -> None:
+    page, kwargs, expected, ahead = misleading(reason)
+    before = other_tasks()
+    started: list[int] = []
+    cancelled: list[int] = []
+
+    async def fetch(n: int) -> Received:
+        started.append(n)
+        if n == ahead:
+            try:
+                await asyncio.sleep(3600)  # held until cancelled: it must never become a page
+            except asyncio.CancelledError:
+                cancelled.append(n)
+                raise
+        return Received(page(n))
+
+    pager = make_pager(
+        fetch,
+        mode="items",
+        decode_page=lambda received: received.page,
+        peek=lambda received: True,
+        page_size=10,
+        **kwargs,
+    )
+    assert [i async for i in pager] == expected
+    assert started == list(range(1, ahead + 1))
+    assert cancelled == [ahead]
+    assert other_tasks() == before
+    assert pager.next_page == (1 if reason == "oversized-page" else None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"peek": lambda page: True}, "decode_page"),
+        ({"peek": 3, "decode_page": lambda page: page}, "peek"),
+        ({"page_size": 0}, "page_size"),
+        ({"page_size": "10"}, "page_size"),
+    ],
+)
+async def test_pager_validates_peek_and_page_size(kwargs: dict[str, Any], message: str) -> None:
+    service = FakeService(endless(2))
+    with pytest.raises(InvalidRequestError, match=message):
+        make_pager(service.fetch, **kwargs)
+    assert service.calls == []
+
+
 @pytest.mark.parametrize("free_slot", [True, False], ids=["free-slot", "full"])
 def test_acquire_under_trio_says_asyncio_only(free_slot: bool) -> None:
     controller = AdaptiveConcurrency(1)
