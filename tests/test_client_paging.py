@@ -41,8 +41,14 @@ def paged_search(
     empty_from: int | None = None,
     overlap: int = 0,
     arrived: dict[int, threading.Event] | None = None,
+    hits_first: bool = False,
 ) -> Handler:
-    """A search endpoint with ``total`` hits, pages counted from 1."""
+    """A search endpoint with ``total`` hits, pages counted from 1.
+
+    Its answers list ``total``, ``hasMore`` and ``hits`` in the spec's order, as the service
+    does, or with ``hits_first`` the hits before the rest (the walk cannot tell from the first
+    bytes then whether there is a next page).
+    """
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = json.loads(await request.read())
@@ -58,6 +64,8 @@ def paged_search(
         if empty_from is not None and page >= empty_from:
             hits = []
         answer = {"total": total, "hasMore": page * size < total, "hits": hits}
+        if hits_first:
+            answer = {"hits": hits, "total": total, "hasMore": answer["hasMore"]}
         return web.json_response(answer)
 
     return handler
@@ -283,12 +291,15 @@ class _DecoderSpy:
         return self._real.decode(body)
 
 
+@pytest.mark.parametrize("order", ["spec order", "hits first"])
 @pytest.mark.parametrize("mode", ["pages", "hits"])
 async def test_a_pipelined_walk_requests_the_next_page_before_decoding_this_one(
-    monkeypatch: pytest.MonkeyPatch, mode: str
+    monkeypatch: pytest.MonkeyPatch, mode: str, order: str
 ) -> None:
+    # In the spec's order the first bytes of a page say whether there is a next one; hits
+    # first, the view of the page says it. Either way the next request is out before the decode.
     arrived = {n: threading.Event() for n in range(1, 7)}
-    inner = paged_search(50)
+    inner = paged_search(50, hits_first=order == "hits first")
 
     async def handler(request: web.Request) -> web.StreamResponse:
         page = json.loads(await request.read())["pagination"]["page"]
@@ -372,6 +383,71 @@ async def test_a_request_is_in_flight_while_the_caller_holds_a_page_only_with_pr
     assert most == 1
     assert held == ([1, 1, 1, 0] if prefetch else [0, 0, 0, 0])
     assert searches(server) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("order", ["spec order", "hits first"])
+async def test_the_view_is_read_only_when_the_first_bytes_do_not_tell(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    views = 0
+
+    def count_view() -> None:
+        nonlocal views
+        views += 1
+
+    monkeypatch.setattr(
+        _protocol,
+        "_search_page_head_decoder",
+        _DecoderSpy(_protocol._search_page_head_decoder, count_view),
+    )
+    server = await serve(paged_search(50, hits_first=order == "hits first"))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        ids = [h.id async for h in client.search_hits("q", page_size=10)]
+    assert ids == [f"hit-{i}" for i in range(50)]
+    assert searches(server) == [1, 2, 3, 4, 5]
+    # In the spec's order no page needs its view, the last one included; hits first, all do.
+    assert views == (0 if order == "spec order" else 5)
+
+
+def misleading_first_page(case: str) -> bytes:
+    if case == "hasMore said twice":
+        # Its first bytes say there is more; in full, JSON's last key wins: there is not.
+        hits = json.dumps([hit(i) for i in range(3)]).encode()
+        return b'{"total":3,"hasMore":true,"hits":' + hits + b',"hasMore":false}'
+    # 30 hits where 10 were asked for: max_items=25 is reached on this page.
+    return json.dumps({"total": 100, "hasMore": True, "hits": [hit(i) for i in range(30)]}).encode()
+
+
+@pytest.mark.parametrize("case", ["hasMore said twice", "page larger than asked"])
+async def test_a_request_sent_ahead_on_the_first_bytes_never_becomes_a_page(
+    serve: Serve, case: str
+) -> None:
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if json.loads(await request.read())["pagination"]["page"] == 1:
+            return web.Response(body=misleading_first_page(case), content_type="application/json")
+        await release.wait()  # held: only the client cancelling it ends this request
+        return web.json_response({"total": 100, "hasMore": True, "hits": [hit(99)]})
+
+    server = await serve(handler)
+    try:
+        async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+            max_items = 25 if case == "page larger than asked" else None
+            ids: list[str] = []
+            async for h in client.search_hits("q", page_size=10, max_items=max_items):
+                if not ids:
+                    # Page 1 is decoded, and the request sent ahead already cancelled: it does
+                    # not run on while the caller works through the page.
+                    assert client_tasks() == []
+                ids.append(h.id)
+            # The walk ended while page 2 was held: the request sent ahead was cancelled.
+            assert ids == [f"hit-{i}" for i in range(3 if max_items is None else 25)]
+            assert client_tasks() == []
+            assert held_connections(client) == 0
+    finally:
+        release.set()
+    assert searches(server) in ([1], [1, 2])
 
 
 def broken_page(page_two: dict[str, Any]) -> Handler:

@@ -1725,9 +1725,18 @@ async def test_a_request_sent_on_peeks_word_is_cancelled_when_the_page_ends_the_
         page_size=10,
         **kwargs,
     )
-    assert [i async for i in pager] == expected
+    got: list[str] = []
+    cancelled_by_then: list[list[int]] = []
+    async for item in pager:
+        got.append(item)
+        cancelled_by_then.append(list(cancelled))
+    assert got == expected
     assert started == list(range(1, ahead + 1))
     assert cancelled == [ahead]
+    if reason != "repeated":
+        # Cancelled as soon as the page is decoded, not left running while the caller holds
+        # the page. (The repeated page is never handed out: the walk ends there.)
+        assert cancelled_by_then == [[ahead]] * len(expected)
     assert other_tasks() == before
     assert pager.next_page == (1 if reason == "oversized-page" else None)
 
