@@ -19,8 +19,11 @@ Variants, each walking every hit:
   decoded with ``msgspec.json.Decoder(SearchPage)``;
 - ``asyncsearch search_hits, prefetch=False``;
 - ``asyncsearch search_hits, prefetch=True``: requests page ``n + 1`` before it decodes page
-  ``n`` (after reading ``hasMore`` and the hit ids with a view that skips the rest);
-- ``hand-pipelined walk, view first``: the same pipelining written by hand in a bare loop;
+  ``n``, the moment page ``n`` is in when its first bytes say there is more (the server sends
+  ``total``, ``hasMore``, ``hits`` in the spec's order), else after a view of ``hasMore`` and
+  the hit ids;
+- ``hand-pipelined walk, view first``: a bare loop that reads that view of every page before
+  it sends the next request;
 - ``hand-pipelined walk, speculative`` (the limit): a bare loop that sends the request for page
   ``n + 1`` the moment page ``n``'s bytes are in, before reading anything of it, and cancels it
   when page ``n`` turns out to be the last. It pays nothing to know whether to send, so no walk
