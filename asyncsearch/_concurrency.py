@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import (
@@ -289,6 +290,9 @@ class _FanOutRun(Generic[T, R]):
         self.fatal: BaseException | None = None
         self.closing = False
         self.workers: set[asyncio.Task[None]] = set()
+        # Set by FanOut._gather: every outcome goes straight to its index here instead of to a
+        # consumer woken for each one.
+        self.gathered: list[Outcome[T, R] | None] | None = None
         self.live = 0  # worker tasks not finished yet
         self.active = 0  # workers that entered their body and have not left it
 
@@ -309,9 +313,13 @@ class _FanOutRun(Generic[T, R]):
         self.changed.set()
 
     async def work(self) -> None:
+        # The per-item path is written out here rather than split into small methods: it runs
+        # once per item of what may be millions, next to a bare loop that pays for none of it.
         self.active += 1
+        func = self.func
+        controller = self.controller
         try:
-            while not self.stopping:
+            while not (self.closing or self.fatal is not None or self.source_ended):
                 while self.tickets <= 0:
                     await self.wait_for_ticket()
                 self.tickets -= 1
@@ -320,7 +328,16 @@ class _FanOutRun(Generic[T, R]):
                     self.give_ticket()
                     return
                 index, item = pulled
-                outcome = await self.call(item)
+                # The synchronous fast path first: no coroutine to make when a slot is free.
+                if controller is not None and not controller._try_acquire():
+                    await controller.acquire()
+                try:
+                    outcome = Outcome(item, await func(item), None)
+                except Exception as exc:
+                    outcome = Outcome(item, None, exc)
+                finally:
+                    if controller is not None:
+                        controller.release()
                 self.finish(index, outcome)
         finally:
             self.active -= 1
@@ -344,7 +361,7 @@ class _FanOutRun(Generic[T, R]):
 
     def pull_sync(self) -> tuple[int, T] | None:
         assert self.sync_source is not None
-        if self.stopping:
+        if self.closing or self.fatal is not None or self.source_ended:  # self.stopping
             return None
         try:
             item = next(self.sync_source)
@@ -377,21 +394,20 @@ class _FanOutRun(Generic[T, R]):
         self.pulled += 1
         return index, item
 
-    async def call(self, item: T) -> Outcome[T, R]:
-        controller = self.controller
-        # The synchronous fast path first: no coroutine to make when a slot is free.
-        if controller is not None and not controller._try_acquire():
-            await controller.acquire()
-        try:
-            value = await self.func(item)
-        except Exception as exc:
-            return Outcome(item, None, exc)
-        finally:
-            if controller is not None:
-                controller.release()
-        return Outcome(item, value, None)
-
     def finish(self, index: int, outcome: Outcome[T, R]) -> None:
+        gathered = self.gathered
+        if gathered is not None:
+            if index >= len(gathered):  # items of unknown number: grow by doubling
+                gathered.extend([None] * max(index + 1 - len(gathered), len(gathered)))
+            gathered[index] = outcome
+            self.done += 1
+            # Nobody to wake: _gather waits for the workers to end (worker_done wakes it).
+            if self.on_progress is not None:
+                try:
+                    self.on_progress(self.done, self.total)
+                except Exception as exc:
+                    self.fail(exc)
+            return
         if self.ordered:
             self.by_index[index] = outcome
         else:
@@ -531,7 +547,46 @@ class FanOut(AsyncClosing, Generic[T, R]):
         finally:
             self._running = False
 
-    def _start(self) -> _FanOutRun[T, R]:
+    async def _gather(self) -> list[Outcome[T, R]]:
+        """Run the whole fan-out and return every outcome in the order of the items.
+
+        For a caller that keeps every outcome anyway: the same calls, errors and cleanup as
+        iterating to the end, without waking the caller once per outcome and without the
+        bound on unconsumed outcomes (they are all kept). Raises what iterating would raise,
+        after stopping the fan-out: a fatal error, the items' own error, a cancellation.
+        """
+        if self._finished or self._run is not None:
+            raise RuntimeError("_gather() needs a fan-out that has not started")
+        self._running = True
+        try:
+            run = self._run = self._start(gathered=True)
+            while True:
+                if run.fatal is not None:
+                    await self._finish()
+                    raise run.fatal
+                if run.live == 0:
+                    break
+                run.changed.clear()
+                try:
+                    await run.changed.wait()
+                except BaseException:
+                    await self._finish()
+                    raise
+                if self._finished:  # closed by aclose() from another task
+                    raise RuntimeError("the fan-out was closed while it was being gathered")
+            await self._finish()
+            if run.source_error is not None:
+                raise run.source_error
+            gathered = run.gathered
+            assert gathered is not None
+            del gathered[run.done :]  # the spare room of the last doubling
+            if any(outcome is None for outcome in gathered):  # pragma: no cover - never
+                raise RuntimeError("fan_out lost the outcome of an item (a bug in asyncsearch)")
+            return cast("list[Outcome[T, R]]", gathered)
+        finally:
+            self._running = False
+
+    def _start(self, *, gathered: bool = False) -> _FanOutRun[T, R]:
         _require_asyncio()  # before any coroutine is made, so none is left never awaited
         run = _FanOutRun(
             self._func,
@@ -542,6 +597,9 @@ class FanOut(AsyncClosing, Generic[T, R]):
             total=self._total,
             controller=self._controller,
         )
+        if gathered:
+            run.gathered = [None] * (self._total or 0)
+            run.tickets = sys.maxsize  # every outcome is kept anyway: nothing to bound
         workers = self._concurrency
         if self._total is not None:
             # No point in more workers than items; one still runs to find out the items are empty.
@@ -620,6 +678,7 @@ class AdaptiveConcurrency:
         self._decrease_factor = float(decrease_factor)
         self._increase_step = float(increase_step)
         self._window = float(maximum)
+        self._limit = maximum  # max(minimum, int(_window)), kept with _window: read per call
         self._in_flight = 0
         self._paused_until = 0.0  # time.monotonic(), the clock asyncio's loop uses too
         self._ignore_signals = 0
@@ -638,7 +697,7 @@ class AdaptiveConcurrency:
     @property
     def limit(self) -> int:
         """The current limit on calls in flight."""
-        return max(self._minimum, int(self._window))
+        return self._limit
 
     @property
     def in_flight(self) -> int:
@@ -658,7 +717,8 @@ class AdaptiveConcurrency:
             return  # the usual case in a bulk fetch: nothing to grow, nobody to wake
         before = self.limit
         self._window = min(float(self._maximum), self._window + self._increase_step / self._window)
-        if self.limit > before:
+        self._limit = max(self._minimum, int(self._window))
+        if self._limit > before:
             self._wake()
 
     def on_overload(self) -> None:
@@ -669,6 +729,7 @@ class AdaptiveConcurrency:
         old_limit = self.limit
         generation = self._in_flight if self._in_flight > 0 else old_limit
         self._window = max(float(self._minimum), self._window * self._decrease_factor)
+        self._limit = max(self._minimum, int(self._window))
         self._ignore_signals = generation - 1
 
     def pause(self, seconds: float) -> None:
@@ -685,14 +746,14 @@ class AdaptiveConcurrency:
 
     def _try_acquire(self) -> bool:
         """Take a slot without waiting if one is free, no pause is on and nobody is waiting."""
-        if (
-            not self._waiters
-            and self._in_flight < self.limit
-            and self._paused_until <= time.monotonic()
-        ):
-            self._in_flight += 1
-            return True
-        return False
+        if self._in_flight >= self._limit or self._waiters:
+            return False
+        if self._paused_until:
+            if self._paused_until > time.monotonic():
+                return False
+            self._paused_until = 0.0  # over: no clock to read on later calls
+        self._in_flight += 1
+        return True
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
@@ -709,7 +770,7 @@ class AdaptiveConcurrency:
                 # A pause extended meanwhile is seen when the loop checks again.
                 await asyncio.sleep(delay)
                 continue
-            if self._in_flight < self.limit:
+            if self._in_flight < self._limit:
                 self._in_flight += 1
                 return
             waiter: asyncio.Future[None] = loop.create_future()
@@ -730,7 +791,8 @@ class AdaptiveConcurrency:
         if self._in_flight <= 0:
             raise RuntimeError("release() called more often than acquire()")
         self._in_flight -= 1
-        self._wake()
+        if self._waiters:
+            self._wake()
 
     def slot(self) -> _Slot:
         """An async context manager holding one slot: ``async with controller.slot(): ...``."""
@@ -831,7 +893,8 @@ class RetryBudget:
 
     def on_success(self) -> None:
         """Record a success: refund ``success_refund`` tokens, never above ``capacity``."""
-        self._tokens = min(self._capacity, self._tokens + self._success_refund)
+        if self._tokens < self._capacity:  # a full bucket, the usual case, stays as it is
+            self._tokens = min(self._capacity, self._tokens + self._success_refund)
 
     def __repr__(self) -> str:
         return f"RetryBudget(tokens={self._tokens}, capacity={self._capacity})"

@@ -599,6 +599,135 @@ async def test_fan_out_does_nothing_until_iterated() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# FanOut._gather: the whole fan-out at once, in input order (gather_extractions runs on it)
+
+
+@pytest.mark.parametrize("sized", [True, False])
+async def test_gather_returns_every_outcome_in_input_order_whatever_order_calls_end_in(
+    sized: bool,
+) -> None:
+    # Later items are released first, so every call ends after the ones behind it.
+    gates = {i: asyncio.Event() for i in range(37)}
+
+    async def func(i: int) -> int:
+        if i % 5 == 3:
+            raise Boom(str(i))
+        await gates[i].wait()
+        return i * 10
+
+    items = [*range(37), 7, 7]  # a duplicate is called once per occurrence
+    gates[7] = asyncio.Event()
+    progress: list[tuple[int, int | None]] = []
+    fo = fan_out(
+        func,
+        items if sized else iter(items),
+        concurrency=64,
+        on_progress=lambda d, t: progress.append((d, t)),
+    )
+    task = asyncio.create_task(fo._gather())
+    await turns()
+    for i in sorted(gates, reverse=True):
+        gates[i].set()
+        await turns(1)
+    outcomes = await task
+    assert [o.item for o in outcomes] == items
+    for o in outcomes:
+        if o.item % 5 == 3:
+            assert isinstance(o.error, Boom)
+            assert o.value is None
+        else:
+            assert o.error is None
+            assert o.value == o.item * 10
+    assert progress == [(d, len(items) if sized else None) for d in range(1, len(items) + 1)]
+    assert other_tasks() == set()
+
+
+async def test_gather_grows_past_the_first_guess_for_items_of_unknown_number() -> None:
+    async def func(i: int) -> int:
+        await asyncio.sleep(0)
+        return i
+
+    async def ids() -> AsyncIterator[int]:
+        for i in range(1000):
+            yield i
+
+    for items in (iter(range(1000)), ids()):
+        outcomes = await fan_out(func, items, concurrency=9)._gather()
+        assert [o.value for o in outcomes] == list(range(1000))
+    assert await fan_out(func, [], concurrency=9)._gather() == []
+
+
+async def test_gather_raises_an_error_of_the_items_and_calls_nothing_after_it() -> None:
+    called: list[int] = []
+
+    async def func(i: int) -> int:
+        called.append(i)
+        return i
+
+    def items() -> Iterator[int]:
+        yield from range(5)
+        raise LookupError("the ids ran dry")
+
+    with pytest.raises(LookupError, match="ran dry"):
+        await fan_out(func, items(), concurrency=2)._gather()
+    assert sorted(called) == list(range(5))
+    assert other_tasks() == set()
+
+
+async def test_gather_raises_an_error_of_on_progress_and_stops() -> None:
+    started = 0
+
+    async def func(i: int) -> int:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(0)
+        return i
+
+    def on_progress(done: int, total: int | None) -> None:
+        if done == 5:
+            raise Boom("progress bar broke")
+
+    with pytest.raises(Boom, match="progress bar broke"):
+        await fan_out(func, range(10_000), concurrency=3, on_progress=on_progress)._gather()
+    await turns()
+    assert started < 20
+    assert other_tasks() == set()
+
+
+async def test_gather_cancelled_cancels_the_calls_in_flight() -> None:
+    entered = asyncio.Event()
+    cancelled = 0
+
+    async def func(i: int) -> int:
+        nonlocal cancelled
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+        return i
+
+    task = asyncio.create_task(fan_out(func, range(100), concurrency=4)._gather())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == 4
+    assert other_tasks() == set()
+
+
+async def test_gather_refuses_a_fan_out_that_has_started() -> None:
+    async def func(i: int) -> int:
+        return i
+
+    async with fan_out(func, range(3)) as fo:
+        await fo.__anext__()
+        with pytest.raises(RuntimeError, match="not started"):
+            await fo._gather()
+
+
+# --------------------------------------------------------------------------------------------
 # fan_out: on_progress, arguments, controller
 
 
