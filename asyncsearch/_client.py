@@ -10,11 +10,9 @@ import time
 import uuid
 from collections.abc import (
     AsyncIterable,
-    AsyncIterator,
     Callable,
     Collection,
     Iterable,
-    Iterator,
     Mapping,
 )
 from dataclasses import dataclass, field, fields
@@ -435,21 +433,6 @@ def _result_of(
     return ExtractionFailure(job_id=job_id, error=error)
 
 
-class _Numbered:
-    """``(index, job_id)`` pairs of a sized iterable, keeping its length for progress totals."""
-
-    __slots__ = ("_ids",)
-
-    def __init__(self, ids: Collection[str | uuid.UUID]) -> None:
-        self._ids = ids
-
-    def __iter__(self) -> Iterator[tuple[int, str | uuid.UUID]]:
-        return enumerate(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-
 def _check_job_ids(job_ids: object) -> None:
     """Refuse, before anything is sent, what is not many ids: above all a single id string."""
     if isinstance(job_ids, str | bytes | bytearray | memoryview | uuid.UUID):
@@ -463,25 +446,8 @@ def _check_job_ids(job_ids: object) -> None:
         )
 
 
-async def _anumbered(
-    ids: AsyncIterable[str | uuid.UUID],
-) -> AsyncIterator[tuple[int, str | uuid.UUID]]:
-    index = 0
-    async for job_id in ids:
-        yield index, job_id
-        index += 1
-
-
 def _same(job_id: str | uuid.UUID) -> str | uuid.UUID:
     return job_id
-
-
-def _first(pair: tuple[int, ExtractionResult]) -> int:
-    return pair[0]
-
-
-def _second(pair: tuple[int, str | uuid.UUID]) -> str | uuid.UUID:
-    return pair[1]
 
 
 class AsyncSearchClient:
@@ -732,7 +698,6 @@ class AsyncSearchClient:
         shared = self._shared
         secret = opts.api_key.get()
         url = opts.base_url + request.target
-        path = _LazyPath(url)
         headers = opts.headers_without_body if request.body is None else opts.headers_with_body
         # May the request be sent again once it may have reached the service? See retry_search.
         idempotent = request.idempotent or opts.retry_search == "always"
@@ -754,6 +719,7 @@ class AsyncSearchClient:
                 )
             except APIConnectionError as exc:
                 exc.attempts = attempts
+                path = _LazyPath(url)
                 logger.debug(
                     "%s %s -> %s (attempt %d, %.3fs)",
                     request.method,
@@ -780,7 +746,7 @@ class AsyncSearchClient:
                 logger.debug(
                     "%s %s -> %d (attempt %d, %.3fs)",
                     request.method,
-                    path,
+                    _LazyPath(url),
                     status,
                     attempts,
                     response.elapsed,
@@ -792,6 +758,7 @@ class AsyncSearchClient:
                     pressure.on_success()
                 return APIResponse(request, response, attempts, secret)
 
+            path = _LazyPath(url)
             retry_after = protocol.parse_retry_after(response.headers)
             if pressure is not None and status in (429, 503):
                 pressure.on_overload()
@@ -1207,30 +1174,20 @@ class AsyncSearchClient:
         ids than fit in memory. A single id instead of an iterable raises ``InvalidRequestError``
         before anything is sent.
         """
-        # Fetched as completed (an ordered fan-out would hold calls back behind a slow head) and
-        # put back in input order at the end, since the whole list is kept anyway.
+        # Fetched as completed (an ordered fan-out would hold calls back behind a slow head),
+        # each result put at its index by the fan-out itself: the whole list is kept anyway, so
+        # nothing is gained by waking this task once per result as iter_extractions must.
         _check_job_ids(job_ids)
-        items: Iterable[tuple[int, str | uuid.UUID]] | AsyncIterable[tuple[int, str | uuid.UUID]]
-        if isinstance(job_ids, AsyncIterable):
-            items = _anumbered(job_ids)
-        elif isinstance(job_ids, Collection):
-            items = _Numbered(job_ids)  # sized: progress reports a total
-        else:
-            items = enumerate(job_ids)  # a generator or iterator: no total to report
-        collected: list[tuple[int, ExtractionResult]] = []
         async with self._extraction_fan_out(
-            items,
-            _second,
+            job_ids,
+            _same,
             concurrency=concurrency,
             ordered=False,
             format=format,
             on_progress=on_progress,
         ) as outcomes:
-            async for outcome in outcomes:
-                index, job_id = outcome.item
-                collected.append((index, _result_of(job_id, outcome)))
-        collected.sort(key=_first)
-        return [result for _, result in collected]
+            gathered = await outcomes._gather()
+        return [_result_of(outcome.item, outcome) for outcome in gathered]
 
     async def wait_for_extraction(
         self,
