@@ -446,6 +446,10 @@ def _check_job_ids(job_ids: object) -> None:
         )
 
 
+def _result_of_outcome(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
+    return _result_of(outcome.item, outcome)
+
+
 def _same(job_id: str | uuid.UUID) -> str | uuid.UUID:
     return job_id
 
@@ -1186,8 +1190,7 @@ class AsyncSearchClient:
             format=format,
             on_progress=on_progress,
         ) as outcomes:
-            gathered = await outcomes._gather()
-        return [_result_of(outcome.item, outcome) for outcome in gathered]
+            return await outcomes._gather(_result_of_outcome)
 
     async def wait_for_extraction(
         self,

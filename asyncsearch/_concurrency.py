@@ -62,6 +62,7 @@ R = TypeVar("R")
 P = TypeVar("P")
 I = TypeVar("I")  # noqa: E741 - the item type of a page, next to P for the page
 Y = TypeVar("Y")
+V = TypeVar("V")
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -134,6 +135,10 @@ async def _wait_shielded(tasks: set[asyncio.Task[Any]]) -> None:
 
 # --------------------------------------------------------------------------------------------
 # fan_out
+
+
+def _same_outcome(outcome: Any) -> Any:
+    return outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +297,8 @@ class _FanOutRun(Generic[T, R]):
         self.workers: set[asyncio.Task[None]] = set()
         # Set by FanOut._gather: every outcome goes straight to its index here instead of to a
         # consumer woken for each one.
-        self.gathered: list[Outcome[T, R] | None] | None = None
+        self.gathered: list[Any] | None = None
+        self.keep: Callable[[Outcome[T, R]], Any] = _same_outcome
         self.live = 0  # worker tasks not finished yet
         self.active = 0  # workers that entered their body and have not left it
 
@@ -399,7 +405,9 @@ class _FanOutRun(Generic[T, R]):
         if gathered is not None:
             if index >= len(gathered):  # items of unknown number: grow by doubling
                 gathered.extend([None] * max(index + 1 - len(gathered), len(gathered)))
-            gathered[index] = outcome
+            # What is kept is what the caller wants (say, only the value): the Outcome itself
+            # is then freed at once, one object fewer per item for the garbage collector.
+            gathered[index] = self.keep(outcome)
             self.done += 1
             # Nobody to wake: _gather waits for the workers to end (worker_done wakes it).
             if self.on_progress is not None:
@@ -547,8 +555,15 @@ class FanOut(AsyncClosing, Generic[T, R]):
         finally:
             self._running = False
 
-    async def _gather(self) -> list[Outcome[T, R]]:
+    @overload
+    async def _gather(self) -> list[Outcome[T, R]]: ...
+    @overload
+    async def _gather(self, keep: Callable[[Outcome[T, R]], V]) -> list[V]: ...
+    async def _gather(self, keep: Callable[[Outcome[T, R]], Any] | None = None) -> list[Any]:
         """Run the whole fan-out and return every outcome in the order of the items.
+
+        With ``keep``, ``keep(outcome)`` is kept and returned for each item instead of the
+        outcome, called as each call finishes.
 
         For a caller that keeps every outcome anyway: the same calls, errors and cleanup as
         iterating to the end, without waking the caller once per outcome and without the
@@ -560,6 +575,8 @@ class FanOut(AsyncClosing, Generic[T, R]):
         self._running = True
         try:
             run = self._run = self._start(gathered=True)
+            if keep is not None:
+                run.keep = keep
             while True:
                 if run.fatal is not None:
                     await self._finish()
@@ -579,10 +596,10 @@ class FanOut(AsyncClosing, Generic[T, R]):
                 raise run.source_error
             gathered = run.gathered
             assert gathered is not None
-            del gathered[run.done :]  # the spare room of the last doubling
-            if any(outcome is None for outcome in gathered):  # pragma: no cover - never
+            del gathered[run.pulled :]  # the spare room of the last doubling
+            if run.done != run.pulled:  # pragma: no cover - every item pulled is finished
                 raise RuntimeError("fan_out lost the outcome of an item (a bug in asyncsearch)")
-            return cast("list[Outcome[T, R]]", gathered)
+            return gathered
         finally:
             self._running = False
 

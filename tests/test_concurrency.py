@@ -657,6 +657,19 @@ async def test_gather_grows_past_the_first_guess_for_items_of_unknown_number() -
     assert await fan_out(func, [], concurrency=9)._gather() == []
 
 
+async def test_gather_keeps_what_keep_makes_of_each_outcome_in_input_order() -> None:
+    async def func(i: int) -> int:
+        await asyncio.sleep(0.001 * (i % 3))
+        if i == 4:
+            raise Boom("four")
+        return -i
+
+    kept = await fan_out(func, iter(range(10)), concurrency=5)._gather(
+        lambda o: (o.item, o.value, type(o.error).__name__)
+    )
+    assert kept == [(i, None, "Boom") if i == 4 else (i, -i, "NoneType") for i in range(10)]
+
+
 async def test_gather_raises_an_error_of_the_items_and_calls_nothing_after_it() -> None:
     called: list[int] = []
 
