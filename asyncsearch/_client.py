@@ -350,9 +350,13 @@ class SearchPager(Pager[Y]):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class ExtractionSuccess:
-    """A job fetched by a bulk call: ``job_id`` exactly as given, and its ``job``."""
+class ExtractionSuccess(msgspec.Struct, frozen=True, gc=False):
+    """A job fetched by a bulk call: ``job_id`` exactly as given, and its ``job``.
+
+    A frozen msgspec Struct, not tracked by the cyclic GC (it holds an id and an acyclic job):
+    ``gather_extractions`` keeps one per id until it returns, and a tracked object per id cost
+    ~5 µs per id in collections.
+    """
 
     job_id: str | uuid.UUID
     job: ExtractionJob
@@ -368,12 +372,12 @@ class ExtractionSuccess:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class ExtractionFailure:
+class ExtractionFailure(msgspec.Struct, frozen=True):
     """A job a bulk call could not fetch: ``job_id`` exactly as given, and the ``error``.
 
     ``error`` is the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted
-    retry, a bad body, an invalid id).
+    retry, a bad body, an invalid id). A frozen msgspec Struct like ``ExtractionSuccess``, but
+    tracked by the cyclic GC: an error's traceback can lead back to it.
     """
 
     job_id: str | uuid.UUID

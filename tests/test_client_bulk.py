@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import json
 import time
 import uuid
@@ -125,6 +126,9 @@ async def test_gather_returns_every_id_once_in_order_with_typed_errors(
         if result.job is not None:
             assert isinstance(result.job, ExtractionJob)
             assert result.job.id == str(result.job_id)
+        # A success, kept by the thousand, is no work for the cyclic GC; a failure, whose
+        # error's traceback can lead back to it, is.
+        assert gc.is_tracked(result) is (not result.ok)
     assert progress[-1] == (63, 63)
     assert [d for d, _ in progress] == list(range(1, 64))
 
