@@ -24,6 +24,7 @@ from collections.abc import Mapping
 import aiohttp
 import yarl
 from aiohttp import http_exceptions
+from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._config import Timeout
@@ -66,6 +67,55 @@ _SessionInflateLimitError: type[Exception] = getattr(
 _ASYNCIO_ONLY = (
     "asyncsearch runs on asyncio only, and no asyncio event loop is running here; "
     "under anyio use anyio.run(..., backend='asyncio'); trio is not supported"
+)
+
+
+class _LazyReadTimer(ResponseHandler):
+    """aiohttp's client protocol, with the same read timeout kept by one timer per answer.
+
+    aiohttp cancels its read timer and makes a new one for every chunk it receives: two
+    ``TimerHandle``s (made, pushed on the loop's heap, cancelled) for even a small answer, about
+    15 µs of a 250 µs request in a zero-latency bulk fetch (measured). This protocol notes the
+    time of each chunk instead, and keeps the one timer; when it fires before ``read`` seconds
+    have passed since the last chunk it is set again for the rest, so the timeout fires exactly
+    when aiohttp's would: ``read`` seconds without data. Installed on the client's own
+    connector only when aiohttp's protocol has the parts it replaces (else aiohttp's stays).
+    """
+
+    _data_at = 0.0
+
+    def _reschedule_timeout(self) -> None:
+        timeout = self._read_timeout
+        if not timeout:
+            self._drop_timeout()
+            return
+        now = self._loop.time()
+        self._data_at = now
+        handle = self._read_timeout_handle
+        if handle is None or handle.when() > now + timeout:  # none yet, or for a longer timeout
+            if handle is not None:
+                handle.cancel()
+            self._read_timeout_handle = self._loop.call_at(now + timeout, self._read_timer_due)
+
+    def _read_timer_due(self) -> None:
+        self._read_timeout_handle = None
+        timeout = self._read_timeout
+        if not timeout:
+            return
+        due = self._data_at + timeout
+        if due > self._loop.time():  # data came meanwhile: wait for the rest
+            self._read_timeout_handle = self._loop.call_at(due, self._read_timer_due)
+        else:
+            self._on_read_timeout()
+
+
+def _lazy_read_timer(*, loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+    return _LazyReadTimer(loop=loop)
+
+
+_LAZY_READ_TIMER = all(
+    callable(getattr(ResponseHandler, name, None))
+    for name in ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout", "start_timeout")
 )
 
 
@@ -166,6 +216,9 @@ class Transport:
             self._slots = _PoolSlots(self._max_connections)
             # The same limit as the slots, which are taken first: aiohttp never has to queue.
             connector = aiohttp.TCPConnector(limit=self._max_connections)
+            if _LAZY_READ_TIMER and hasattr(connector, "_factory"):
+                # One read timer per answer instead of one per chunk (see _LazyReadTimer).
+                connector._factory = functools.partial(_lazy_read_timer, loop=_running_loop())
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 trust_env=self._trust_env,

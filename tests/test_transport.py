@@ -25,7 +25,7 @@ from asyncsearch import (
     Timeout,
     _client,
 )
-from asyncsearch._transport import _PoolSlots
+from asyncsearch._transport import _lazy_read_timer, _LazyReadTimer, _PoolSlots
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
 from .helpers import ThreadedServer
@@ -278,3 +278,100 @@ def test_under_trio_every_entry_point_says_asyncio_only() -> None:
     for error in errors:
         assert isinstance(error, ConfigurationError), repr(error)
         assert "asyncio only" in str(error)
+
+
+# -- the read timeout, kept by one timer per answer ---------------------------------------------
+
+
+class _FakeTimer:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self._when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def when(self) -> float:
+        return self._when
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _FakeClock:
+    """Stands in for the loop's clock and timers, so the test decides when time passes."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[_FakeTimer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _FakeTimer:
+        timer = _FakeTimer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def live(self) -> list[float]:
+        return [t.when() for t in self.timers if not t.cancelled]
+
+    def fire(self, at: float) -> None:
+        """Move to ``at`` and run the live timer due then (there is at most one)."""
+        self.now = at
+        (due,) = [t for t in self.timers if not t.cancelled and t.when() == at]
+        due.cancelled = True  # fired: no longer live
+        due.callback()
+
+
+async def test_the_read_timeout_fires_after_read_seconds_without_data_with_one_timer() -> None:
+    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
+    clock = _FakeClock()
+    handler._loop = clock  # type: ignore[assignment]
+    handler.read_timeout = 60
+    handler.start_timeout()  # the request is sent
+    assert clock.live() == [60]
+    for at in (10, 30, 59):  # chunks arrive: no new timer each time, unlike aiohttp's
+        clock.now = at
+        handler._reschedule_timeout()
+    assert clock.live() == [60]
+    clock.fire(60)  # data came 1 s ago: wait for the rest
+    assert handler.exception() is None
+    assert clock.live() == [119]
+    clock.fire(119)  # 60 s without data: the timeout aiohttp would raise
+    assert isinstance(handler.exception(), aiohttp.SocketTimeoutError)
+    assert clock.live() == []
+
+
+async def test_a_shorter_read_timeout_on_a_reused_connection_is_not_delayed() -> None:
+    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
+    clock = _FakeClock()
+    handler._loop = clock  # type: ignore[assignment]
+    handler.read_timeout = 60
+    handler.start_timeout()
+    clock.now = 1
+    handler.read_timeout = 5  # the next request, with Timeout(read=5), before the timer ran
+    handler.start_timeout()
+    assert clock.live() == [6]
+    handler.read_timeout = None
+    handler.start_timeout()
+    assert clock.live() == []
+    handler.read_timeout = 5
+    handler.start_timeout()
+    handler._drop_timeout()  # the answer is read to its end
+    assert clock.live() == []
+    assert handler.exception() is None
+
+
+async def test_the_clients_own_connections_use_the_one_timer_protocol(serve: Serve) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        return job_answer()
+
+    server = await serve(answer)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        await client.get_extraction(JOB_ID)
+        session = client._shared.transport._session
+        assert session is not None
+        connector: Any = session.connector
+        assert connector._factory.func is _lazy_read_timer
+        # The pooled connection the request went over speaks through it.
+        (pooled,) = [proto for conns in connector._conns.values() for proto, _ in conns]
+        assert isinstance(pooled, _LazyReadTimer)
