@@ -545,15 +545,18 @@ class FanOut(AsyncClosing, Generic[T, R]):
                     if run.source_error is not None:
                         raise run.source_error
                     raise StopAsyncIteration
-                run.changed.clear()
-                try:
-                    await run.changed.wait()
-                except BaseException:
-                    # The caller was cancelled: the fan-out ends with it.
-                    await self._finish()
-                    raise
+                await self._wait_for_change(run)
         finally:
             self._running = False
+
+    async def _wait_for_change(self, run: _FanOutRun[T, R]) -> None:
+        run.changed.clear()
+        try:
+            await run.changed.wait()
+        except BaseException:
+            # The caller was cancelled: the fan-out ends with it.
+            await self._finish()
+            raise
 
     @overload
     async def _gather(self) -> list[Outcome[T, R]]: ...
@@ -583,12 +586,7 @@ class FanOut(AsyncClosing, Generic[T, R]):
                     raise run.fatal
                 if run.live == 0:
                     break
-                run.changed.clear()
-                try:
-                    await run.changed.wait()
-                except BaseException:
-                    await self._finish()
-                    raise
+                await self._wait_for_change(run)
                 if self._finished:  # closed by aclose() from another task
                     raise RuntimeError("the fan-out was closed while it was being gathered")
             await self._finish()
