@@ -94,6 +94,9 @@ class Readme:
         self._set_env(
             ASYNCSEARCH_API_KEY=emulator.api_key,
             ASYNCSEARCH_BASE_URL=emulator.base_url,
+            # The Ray block's workers at a fair share of a busy machine (see the README's Ray
+            # section and tests/test_ray.py's ray_session).
+            RAY_worker_niceness="0",
         )
         os.chdir(self.workdir)
         return {

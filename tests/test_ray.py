@@ -93,18 +93,24 @@ def _ray_for_the_session() -> Iterator[None]:
 
 
 @pytest.fixture
-def ray_session(_ray_for_the_session: None) -> Any:
+def ray_session(_ray_for_the_session: None, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A local Ray (``ray.init(num_cpus=2)``), started once and kept for the next tests.
 
     Started here when it is not running, rather than once in a session fixture: the README test
     (tests/test_readme.py, also marked ``ray``) runs the README's own ``ray.init(...)`` and
     ``ray.shutdown()``, so it shuts down a Ray it finds running first, and random test order may
     put it between two of these tests.
+
+    Ray starts its workers (the actors included) at niceness 15: next to any other busy process
+    they get a few percent of a core, and on a 2-core machine kept busy by two CPU burners these
+    tests took over ten times as long. At niceness 0 (``RAY_worker_niceness``, read when Ray
+    starts) they get a fair share, as the test process does.
     """
     import ray
     import ray.data
 
     if not ray.is_initialized():
+        monkeypatch.setenv("RAY_worker_niceness", "0")
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     return ray
