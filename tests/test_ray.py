@@ -502,6 +502,18 @@ def test_client_options_are_every_option_that_can_go_to_another_process() -> Non
         FetchExtractions(api_key=KEY, format="xml")  # type: ignore[arg-type]
 
 
+def test_ray_workers_run_at_niceness_0(ray_session: Any) -> None:
+    """The workers these tests start get a fair share of a busy machine (see ray_session): a
+    Ray that stops reading ``RAY_worker_niceness`` would make CI's Ray step crawl again."""
+    import os
+
+    @ray_session.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray_session.get(niceness.remote(), timeout=120) == 0
+
+
 def test_ray_module_uses_only_the_public_api() -> None:
     import ast
 
