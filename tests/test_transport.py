@@ -280,7 +280,7 @@ def test_under_trio_every_entry_point_says_asyncio_only() -> None:
         assert "asyncio only" in str(error)
 
 
-# -- the read timeout, kept by one timer per answer ---------------------------------------------
+# -- the read timeout, kept by one timer per connection ----------------------------------------
 
 
 class _FakeTimer:
@@ -351,14 +351,63 @@ async def test_a_shorter_read_timeout_on_a_reused_connection_is_not_delayed() ->
     handler.read_timeout = 5  # the next request, with Timeout(read=5), before the timer ran
     handler.start_timeout()
     assert clock.live() == [6]
-    handler.read_timeout = None
+    handler.read_timeout = None  # and one with no read timeout at all
     handler.start_timeout()
+    clock.fire(6)
+    assert handler.exception() is None
     assert clock.live() == []
+    clock.now = 7
     handler.read_timeout = 5
     handler.start_timeout()
+    assert clock.live() == [12]
     handler._drop_timeout()  # the answer is read to its end
+    clock.fire(12)  # nothing is read any more: no timeout, and the timer stays unset
     assert clock.live() == []
     assert handler.exception() is None
+
+
+async def test_one_timer_serves_the_answers_of_a_keep_alive_connection() -> None:
+    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
+    clock = _FakeClock()
+    handler._loop = clock  # type: ignore[assignment]
+    handler.read_timeout = 60
+    for at in (0, 1, 2, 3):  # four answers, each sent, read and ended
+        clock.now = at
+        handler.start_timeout()
+        handler._reschedule_timeout()  # a chunk
+        handler._drop_timeout()  # the end of the answer
+    assert len(clock.timers) == 1  # made once, never cancelled and made again
+    assert clock.live() == [60]
+    clock.now = 50
+    handler.start_timeout()  # a fifth answer, 10 s before the timer comes due
+    clock.fire(60)  # only 10 s without data: set again for the rest
+    assert handler.exception() is None
+    assert clock.live() == [110]
+    clock.fire(110)  # this answer went 60 s without data
+    assert isinstance(handler.exception(), aiohttp.SocketTimeoutError)
+
+
+async def test_an_idle_connection_never_times_out_and_a_lost_one_drops_its_timer() -> None:
+    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
+    clock = _FakeClock()
+    handler._loop = clock  # type: ignore[assignment]
+    handler.read_timeout = 60
+    handler.start_timeout()
+    handler._drop_timeout()
+    clock.fire(60)  # idle in the pool when it comes due
+    assert handler.exception() is None
+    assert clock.live() == []
+    clock.now = 500
+    handler.start_timeout()  # the next answer sets it again
+    assert clock.live() == [560]
+    handler.pause_reading()  # aiohttp's flow control: no timeout while reading is paused
+    clock.fire(560)
+    assert handler.exception() is None
+    clock.now = 600
+    handler.resume_reading()
+    assert clock.live() == [660]
+    handler.connection_lost(None)
+    assert clock.live() == []  # cancelled: it neither fires nor keeps the protocol alive
 
 
 async def test_the_clients_own_connections_use_the_one_timer_protocol(serve: Serve) -> None:
@@ -375,3 +424,40 @@ async def test_the_clients_own_connections_use_the_one_timer_protocol(serve: Ser
         # The pooled connection the request went over speaks through it.
         (pooled,) = [proto for conns in connector._conns.values() for proto, _ in conns]
         assert isinstance(pooled, _LazyReadTimer)
+
+
+async def test_a_stalled_answer_times_out_on_a_connection_that_carried_others(
+    serve: Serve,
+) -> None:
+    """The timer kept from the earlier answers of a keep-alive connection still ends a later
+    answer that stops sending in the middle of its body, and no sooner than ``read`` seconds."""
+    release = asyncio.Event()
+    peers: list[object] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        if len(peers) <= 3:
+            return job_answer()
+        stalled = web.StreamResponse(headers={"Content-Type": "application/json"})
+        stalled.content_length = 1000
+        await stalled.prepare(request)
+        await stalled.write(b'{"id": "')
+        await release.wait()  # never sends the rest while the client waits
+        return stalled
+
+    server = await serve(answer)
+    read = 0.2
+    try:
+        async with AsyncSearchClient(
+            API_KEY, base_url=server.base_url, timeout=Timeout(read=read), max_retries=0
+        ) as client:
+            for _ in range(3):
+                await client.get_extraction(JOB_ID)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(APITimeoutError):
+                await client.get_extraction(JOB_ID)
+            waited = asyncio.get_running_loop().time() - started
+    finally:
+        release.set()
+    assert len(set(peers)) == 1, peers  # all four over one connection
+    assert waited >= read
