@@ -701,9 +701,10 @@ class AsyncSearchClient:
         ``pressure`` is told about successes and overload answers (429, 503, with their
         ``Retry-After``), so that a bulk fetch can slow down as a whole.
         """
-        self._check_open()
         opts = self._options
         shared = self._shared
+        if self._closed or shared.transport.closed:  # self._check_open(), written out
+            raise ClientClosedError("the client is closed")
         secret = opts.api_key.get()
         url = opts.base_url + request.target
         headers = opts.headers_without_body if request.body is None else opts.headers_with_body

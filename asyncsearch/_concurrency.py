@@ -39,11 +39,11 @@ from collections.abc import (
     Sequence,
     Sized,
 )
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar, cast, overload
 
 import anyio
+import msgspec
 
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
@@ -141,13 +141,16 @@ def _same_outcome(outcome: Any) -> Any:
     return outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome(Generic[T, R]):
+class Outcome(msgspec.Struct, Generic[T, R], frozen=True):
     """What one call made by ``fan_out`` came to: its item, and its value or its error.
 
     ``value`` is the function's return value, or ``None`` when it raised; ``error`` is the exception
     it raised, or ``None``. Only ``Exception`` is captured; cancellation and other
     ``BaseException`` propagate out of the fan-out instead.
+
+    A frozen msgspec Struct (one is made per item): its ``__init__`` costs ~0.2 µs where a frozen
+    dataclass's cost ~2 µs. Tracked by the GC, unlike the SDK's results: an error's traceback
+    can lead back to it.
     """
 
     item: T

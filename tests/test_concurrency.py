@@ -87,9 +87,16 @@ def test_outcome_is_frozen_and_slotted() -> None:
     assert ok.ok
     assert not failed.ok
     assert (ok.item, ok.value, ok.error) == ("a", 1, None)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):  # frozen (dataclasses' FrozenInstanceError is one too)
         ok.value = 2  # type: ignore[misc]
     assert not hasattr(ok, "__dict__")
+    assert ok == Outcome("a", 1, None)
+    assert hash(ok) == hash(Outcome("a", 1, None))
+    match failed:
+        case Outcome(item, None, Boom() as error):
+            assert (item, str(error)) == ("b", "x")
+        case _:
+            pytest.fail("Outcome lost its match pattern")
 
 
 # --------------------------------------------------------------------------------------------
