@@ -97,7 +97,6 @@ __all__ = [
 
 T = TypeVar("T")
 Y = TypeVar("Y")
-I = TypeVar("I")  # noqa: E741 - an item of a fan-out, next to T and Y
 
 logger = logging.getLogger("asyncsearch")
 
@@ -451,11 +450,9 @@ def _check_job_ids(job_ids: object) -> None:
 
 
 def _result_of_outcome(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
-    return _result_of(outcome.item, outcome)
-
-
-def _same(job_id: str | uuid.UUID) -> str | uuid.UUID:
-    return job_id
+    value = outcome.value
+    # The usual case without a second call: the fetch function made the result itself.
+    return value if value is not None else _result_of(outcome.item, outcome)
 
 
 class AsyncSearchClient:
@@ -1125,7 +1122,6 @@ class AsyncSearchClient:
         _check_job_ids(job_ids)
         outcomes = self._extraction_fan_out(
             job_ids,
-            _same,
             concurrency=concurrency,
             ordered=ordered,
             format=format,
@@ -1135,22 +1131,20 @@ class AsyncSearchClient:
 
     def _extraction_fan_out(
         self,
-        items: Iterable[I] | AsyncIterable[I],
-        job_id_of: Callable[[I], str | uuid.UUID],
+        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
         *,
         concurrency: int,
         ordered: bool,
         format: ExtractionFormat | None,
         on_progress: Callable[[int, int | None], object] | None,
-    ) -> FanOut[I, ExtractionResult]:
+    ) -> FanOut[str | uuid.UUID, ExtractionResult]:
         self._check_open()
         protocol.check_extraction_format(format)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         pressure = AdaptiveConcurrency(concurrency)
 
-        async def fetch(item: I) -> ExtractionResult:
-            job_id = job_id_of(item)
+        async def fetch(job_id: str | uuid.UUID) -> ExtractionResult:
             try:
                 request = protocol.get_extraction(job_id, format=format)
                 job = (await self._send(request, pressure=pressure)).parse()
@@ -1160,7 +1154,7 @@ class AsyncSearchClient:
 
         return fan_out(
             fetch,
-            items,
+            job_ids,
             concurrency=concurrency,
             ordered=ordered,
             on_progress=on_progress,
@@ -1189,7 +1183,6 @@ class AsyncSearchClient:
         _check_job_ids(job_ids)
         async with self._extraction_fan_out(
             job_ids,
-            _same,
             concurrency=concurrency,
             ordered=False,
             format=format,
