@@ -416,24 +416,23 @@ class ExtractionResults(AsyncClosing):
         return self
 
     async def __anext__(self) -> ExtractionResult:
-        outcome = await self._outcomes.__anext__()
-        return _result_of(outcome.item, outcome)
+        return _result_of(await self._outcomes.__anext__())
 
     async def aclose(self) -> None:
         """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
         await self._outcomes.aclose()
 
 
-def _result_of(
-    job_id: str | uuid.UUID, outcome: Outcome[Any, ExtractionResult]
-) -> ExtractionResult:
-    if outcome.value is not None:
-        return outcome.value
+def _result_of(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
+    """The result of one id: the one the fetch function made, or its unexpected error."""
+    value = outcome.value
+    if value is not None:
+        return value
     # The fetch function turns every AsyncSearchError into a result; anything else reaching here
     # is a bug below us, and it is still reported against its id rather than dropped.
     error = AsyncSearchError(f"unexpected error while fetching the job: {outcome.error!r}")
     error.__cause__ = outcome.error
-    return ExtractionFailure(job_id=job_id, error=error)
+    return ExtractionFailure(job_id=outcome.item, error=error)
 
 
 def _check_job_ids(job_ids: object) -> None:
@@ -447,12 +446,6 @@ def _check_job_ids(job_ids: object) -> None:
         raise InvalidRequestError(
             f"job_ids must be an iterable or an async iterable of ids, not {type(job_ids).__name__}"
         )
-
-
-def _result_of_outcome(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
-    value = outcome.value
-    # The usual case without a second call: the fetch function made the result itself.
-    return value if value is not None else _result_of(outcome.item, outcome)
 
 
 class AsyncSearchClient:
@@ -1188,7 +1181,7 @@ class AsyncSearchClient:
             format=format,
             on_progress=on_progress,
         ) as outcomes:
-            return await outcomes._gather(_result_of_outcome)
+            return await outcomes._gather(_result_of)
 
     async def wait_for_extraction(
         self,

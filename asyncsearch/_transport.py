@@ -25,7 +25,7 @@ import aiohttp
 import yarl
 from aiohttp import http_exceptions
 from aiohttp.client_proto import ResponseHandler
-from multidict import CIMultiDict, CIMultiDictProxy, istr
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._config import Timeout
 from ._errors import (
@@ -117,7 +117,7 @@ class _LazyReadTimer(ResponseHandler):
             # The connection is gone: its timer neither fires nor keeps it alive any longer.
             handle.cancel()
             self._read_timeout_handle = None
-        self._reading = False
+        self._reading = False  # set here too: not every aiohttp release drops the timeout here
         super().connection_lost(exc)
 
     def _read_timer_due(self) -> None:
@@ -148,9 +148,6 @@ _LAZY_READ_TIMER = all(
         "connection_lost",
     )
 )
-
-
-_CONTENT_ENCODING = istr("Content-Encoding")
 
 
 class _PoolSlots:
@@ -375,26 +372,14 @@ class Transport:
                                 current_method, current_body = "GET", None
                             current_url = target
                             continue
-                    status = resp.status
-                    if 200 <= status < 300:
-                        # The usual answer, read in one step as a bare loop would: identity
-                        # encoding and a Content-Length within the cap (aiohttp ends the payload
-                        # there, so the read is bounded). Anything else goes through _read_body.
-                        declared = resp.content_length
-                        if (
-                            declared is not None
-                            and declared <= max_response_bytes
-                            and _CONTENT_ENCODING not in resp.headers
-                        ):
-                            content = await resp.read()
-                        else:
-                            content = await _read_body(resp, max_response_bytes, decompress_here)
+                    if 200 <= resp.status < 300:
+                        content = await _read_body(resp, max_response_bytes, decompress_here)
                     else:
                         content = await _read_error_body(
                             resp, min(max_response_bytes, _ERROR_BODY_LIMIT), decompress_here
                         )
                     return Response(
-                        status=status,
+                        status=resp.status,
                         headers=_scrub_headers(resp.headers, secret),
                         body=content,
                         url=current_url,

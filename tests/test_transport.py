@@ -322,11 +322,17 @@ class _FakeClock:
         due.callback()
 
 
-async def test_the_read_timeout_fires_after_read_seconds_without_data_with_one_timer() -> None:
+def _timed_handler(*, read_timeout: float) -> tuple[_LazyReadTimer, _FakeClock]:
+    """The client's protocol on a clock the test moves, with ``Timeout(read=read_timeout)``."""
     handler = _LazyReadTimer(loop=asyncio.get_running_loop())
     clock = _FakeClock()
     handler._loop = clock  # type: ignore[assignment]
-    handler.read_timeout = 60
+    handler.read_timeout = read_timeout
+    return handler, clock
+
+
+async def test_the_read_timeout_fires_after_read_seconds_without_data_with_one_timer() -> None:
+    handler, clock = _timed_handler(read_timeout=60)
     handler.start_timeout()  # the request is sent
     assert clock.live() == [60]
     for at in (10, 30, 59):  # chunks arrive: no new timer each time, unlike aiohttp's
@@ -342,10 +348,7 @@ async def test_the_read_timeout_fires_after_read_seconds_without_data_with_one_t
 
 
 async def test_a_shorter_read_timeout_on_a_reused_connection_is_not_delayed() -> None:
-    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
-    clock = _FakeClock()
-    handler._loop = clock  # type: ignore[assignment]
-    handler.read_timeout = 60
+    handler, clock = _timed_handler(read_timeout=60)
     handler.start_timeout()
     clock.now = 1
     handler.read_timeout = 5  # the next request, with Timeout(read=5), before the timer ran
@@ -367,10 +370,7 @@ async def test_a_shorter_read_timeout_on_a_reused_connection_is_not_delayed() ->
 
 
 async def test_one_timer_serves_the_answers_of_a_keep_alive_connection() -> None:
-    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
-    clock = _FakeClock()
-    handler._loop = clock  # type: ignore[assignment]
-    handler.read_timeout = 60
+    handler, clock = _timed_handler(read_timeout=60)
     for at in (0, 1, 2, 3):  # four answers, each sent, read and ended
         clock.now = at
         handler.start_timeout()
@@ -388,10 +388,7 @@ async def test_one_timer_serves_the_answers_of_a_keep_alive_connection() -> None
 
 
 async def test_an_idle_connection_never_times_out_and_a_lost_one_drops_its_timer() -> None:
-    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
-    clock = _FakeClock()
-    handler._loop = clock  # type: ignore[assignment]
-    handler.read_timeout = 60
+    handler, clock = _timed_handler(read_timeout=60)
     handler.start_timeout()
     handler._drop_timeout()
     clock.fire(60)  # idle in the pool when it comes due
