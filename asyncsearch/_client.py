@@ -79,7 +79,7 @@ from ._models import (
     WebhookLogSummary,
 )
 from ._protocol import Request, Response, SearchParams, SearchWalkParams
-from ._transport import USER_AGENT, Transport
+from ._transport import USER_AGENT, Transport, scrub_headers
 
 if TYPE_CHECKING:
     import aiohttp  # only for annotations: _transport.py is the one module that uses aiohttp
@@ -205,7 +205,8 @@ class APIResponse(Generic[T]):
 
     @property
     def headers(self) -> Mapping[str, str]:
-        return self._response.headers
+        # Scrubbed here, where they leave the client, not for every answer of a bulk fetch.
+        return scrub_headers(self._response.headers, self._secret)
 
     @property
     def elapsed(self) -> float:
@@ -758,6 +759,10 @@ class AsyncSearchClient:
                 return APIResponse(request, response, attempts, secret)
 
             path = _LazyPath(url)
+            # The error keeps the headers: without the key, should the server have echoed it.
+            response = msgspec.structs.replace(
+                response, headers=scrub_headers(response.headers, secret)
+            )
             retry_after = protocol.parse_retry_after(response.headers)
             if pressure is not None and status in (429, 503):
                 pressure.on_overload()

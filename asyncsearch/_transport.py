@@ -25,7 +25,7 @@ import aiohttp
 import yarl
 from aiohttp import http_exceptions
 from aiohttp.client_proto import ResponseHandler
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy, istr
 
 from ._config import Timeout
 from ._errors import (
@@ -373,14 +373,21 @@ class Transport:
                             current_url = target
                             continue
                     if 200 <= resp.status < 300:
-                        content = await _read_body(resp, max_response_bytes, decompress_here)
+                        if _plain_within(resp, max_response_bytes):
+                            # aiohttp ends the payload at Content-Length: this read is bounded.
+                            content = await resp.read()
+                        else:
+                            content = await _read_body(resp, max_response_bytes, decompress_here)
                     else:
                         content = await _read_error_body(
                             resp, min(max_response_bytes, _ERROR_BODY_LIMIT), decompress_here
                         )
+                    # The headers as received: the client scrubs them where they leave it
+                    # (APIResponse.headers, errors), so a bulk fetch, which never looks at
+                    # them, does not pay for it.
                     return Response(
                         status=resp.status,
-                        headers=_scrub_headers(resp.headers, secret),
+                        headers=resp.headers,
                         body=content,
                         url=current_url,
                         elapsed=time.monotonic() - started,
@@ -437,6 +444,17 @@ async def _read_error_body(
             # The caller's inflating session could not decode it.
             return b""
         raise
+
+
+_CONTENT_ENCODING = istr("Content-Encoding")  # an istr: looked up without folding its case
+
+
+def _plain_within(resp: aiohttp.ClientResponse, limit: int) -> bool:
+    """The usual answer: no Content-Encoding, and a Content-Length of at most ``limit``."""
+    if _CONTENT_ENCODING in resp.headers:
+        return False
+    declared = resp.content_length
+    return declared is not None and declared <= limit
 
 
 async def _read_body(
@@ -571,8 +589,14 @@ def _scrub(exc: BaseException, secret: str) -> None:
         exc.history = ()
 
 
-def _scrub_headers(headers: CIMultiDictProxy[str], secret: str) -> CIMultiDictProxy[str]:
-    """Response headers as received, unless the server echoed the key: then with it replaced."""
+def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
+    """Response headers as received, unless the server echoed the key: then with it replaced.
+
+    ``Transport.send`` returns the headers as received; the client calls this wherever they
+    leave it (``APIResponse.headers``, the errors it raises).
+    """
+    if not secret:
+        return headers
     # One search in the joined values instead of one per value; NUL cannot be part of a key
     # (the client refuses it), so no match can straddle two values.
     if secret not in "\x00".join(headers.values()):
