@@ -2,7 +2,7 @@
 
     python -m benchmarks.paging [--pages 20] [--page-size 100] [--latency 0.02] [--work 0.01]
                                 [--work-kind both|sleep|cpu] [--embeddings | --no-embeddings]
-                                [--rounds 5] [--uvloop] [--quick] [--json PATH]
+                                [--rounds 9] [--uvloop] [--quick] [--json PATH]
 
 A benchmark server (``benchmarks._server``) in a separate process answers ``POST /v2/search``
 after ``--latency`` seconds with page ``n`` of ``--pages`` pages of ``--page-size`` hits (every
@@ -241,7 +241,9 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="hits carry their embeddings (the default), as the service sends them",
     )
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
+    # Nine, not five: the target is a ratio of two speed-ups, and on a shared VM a median of five
+    # rounds moved it by 0.3 between runs of the same code (benchmarks/README.md, third round).
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (>= 5)")
     parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop")
     parser.add_argument("--quick", action="store_true", help="a short walk, for a smoke test")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
