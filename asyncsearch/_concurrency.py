@@ -148,9 +148,9 @@ class Outcome(msgspec.Struct, Generic[T, R], frozen=True):
     it raised, or ``None``. Only ``Exception`` is captured; cancellation and other
     ``BaseException`` propagate out of the fan-out instead.
 
-    A frozen msgspec Struct (one is made per item): its ``__init__`` costs ~0.2 µs where a frozen
-    dataclass's cost ~2 µs. Tracked by the GC, unlike the SDK's results: an error's traceback
-    can lead back to it.
+    A frozen msgspec Struct (one is made per item): its ``__init__`` costs ~0.15 µs where a
+    frozen dataclass's cost ~0.7 µs (timeit). Tracked by the GC, unlike the SDK's results: an
+    error's traceback can lead back to it.
     """
 
     item: T

@@ -242,7 +242,7 @@ def _parser() -> argparse.ArgumentParser:
         help="hits carry their embeddings (the default), as the service sends them",
     )
     # Nine, not five: the target is a ratio of two speed-ups, and on a shared VM a median of five
-    # rounds moved it by 0.3 between runs of the same code (benchmarks/README.md, third round).
+    # rounds moved it by 0.35 between runs of the same code (benchmarks/README.md, third round).
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (>= 5)")
     parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop")
     parser.add_argument("--quick", action="store_true", help="a short walk, for a smoke test")
