@@ -63,7 +63,8 @@ from .faults_helpers import (
 )
 from .helpers import TIME_SCALE, client_tasks, held_connections
 
-pytestmark = pytest.mark.timeout(30)
+# Every case runs on both aiohttp paths of the client's own session (see conftest.request_path).
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("request_path")]
 
 JOB = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
 BOUND = 10.0 * TIME_SCALE  # no case may take longer than this
@@ -312,6 +313,23 @@ async def test_connect_timeout_on_a_full_accept_queue(sleeps: list[float]) -> No
         await client.aclose()
     assert info.value.attempts == 2
     assert len(sleeps) == 1
+
+
+async def test_total_covers_opening_the_connection(sleeps: list[float]) -> None:
+    """``total`` bounds the attempt from the moment it has a pool slot: connecting included."""
+    with full_backlog() as port:
+        if not connect_hangs(port):
+            pytest.skip("this kernel refuses connections past the backlog instead of dropping")
+        client = make_client(
+            f"http://127.0.0.1:{port}", timeout=Timeout(connect=30.0, total=0.3), max_retries=0
+        )
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND):
+            with pytest.raises(APITimeoutError, match="total timeout"):
+                await get_job(client)
+        assert time.monotonic() - started < 2.0 * TIME_SCALE
+        assert held_connections(client) == 0
+        await client.aclose()
 
 
 def test_aiohttp_connect_timeout_maps_to_a_timeout_error() -> None:

@@ -33,7 +33,8 @@ from .helpers import ThreadedServer
 Serve = Callable[[Handler], Awaitable[Server]]
 JOB_BODY = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
 
-pytestmark = pytest.mark.timeout(30)
+# Every case runs on both aiohttp paths of the client's own session (see conftest.request_path).
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("request_path")]
 
 
 @pytest.fixture(autouse=True)
