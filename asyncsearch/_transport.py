@@ -226,19 +226,20 @@ async def _start(
     timeout: aiohttp.ClientTimeout,
     ssl: ssl_module.SSLContext | bool,
     decompress: bool,
+    ceil_threshold: float,
 ) -> aiohttp.ClientResponse:
     """What ``session.request`` does for the client's own session, and nothing it never needs.
 
     ``ClientSession._request`` is one large coroutine that, per request, merges default headers,
     parses and checks the URL, looks for credentials in it, filters the cookie jar, looks up
-    proxies, builds trace and middleware lists and a closure: about 70k instructions, a quarter of
-    what the bare aiohttp loop pays per request (measured with callgrind). The client's own
-    session has no default headers, no cookies (a ``DummyCookieJar``), no proxy (``trust_env``
-    off), no tracing and no middleware, and its URLs are built and checked by the client; so this
-    runs only the steps that remain, in ``_request``'s own order and with its own timer: the
-    ``total`` timeout (aiohttp's ``TimeoutHandle``), the connection from the pool, the response
-    parameters, sending, and reading the status and headers. Its errors are the ones
-    ``_request`` raises, so ``_translate`` maps them alike.
+    proxies, builds trace and middleware lists and a closure: about 70k instructions of the ~460k
+    a bare aiohttp request costs (measured with callgrind). The client's own session has no
+    default headers, no cookies (a ``DummyCookieJar``), no proxy (``trust_env`` off), no tracing
+    and no middleware (``_as_made`` checks it), aiohttp's default header size limits, and URLs
+    the client built and checked; so this runs only the steps that remain, in ``_request``'s own
+    order and with its own timer: the ``total`` timeout (aiohttp's ``TimeoutHandle``), the
+    connection from the pool, the response parameters, sending, and reading the status and
+    headers. Its errors are the ones ``_request`` raises, so ``_translate`` maps them alike.
     """
     handle_maker = TimeoutHandle(loop, timeout.total, ceil_threshold=timeout.ceil_threshold)
     handle = handle_maker.start()
@@ -267,12 +268,12 @@ async def _start(
             assert protocol is not None
             protocol.set_response_params(
                 timer=timer,
-                skip_payload=method == "HEAD",
+                skip_payload=request.method == "HEAD",  # aiohttp's EMPTY_BODY_METHODS
                 read_until_eof=True,
                 auto_decompress=decompress,
                 read_timeout=timeout.sock_read,
                 read_bufsize=_READ_BUFSIZE,
-                timeout_ceil_threshold=timeout.ceil_threshold,
+                timeout_ceil_threshold=ceil_threshold,
             )
             try:
                 response = await request.send(connection)
@@ -302,6 +303,30 @@ async def _start(
         else:
             handle.cancel()
     return response
+
+
+def _as_made(session: aiohttp.ClientSession) -> bool:
+    """True when the session made here has nothing that only ``session.request`` applies.
+
+    A tracer (OpenTelemetry's aiohttp instrumentation, Sentry) wraps ``ClientSession.__init__``
+    and adds trace configs to every session, this one included; ``trust_env`` looks up proxies
+    and netrc per request. Either, or anything else such a wrapper sets (default headers, auth,
+    proxy, middleware, another request or response class, a cookie jar), keeps every request of
+    the session on ``session.request``.
+    """
+    return (
+        not session.trace_configs
+        and not session.trust_env
+        and not session.headers
+        and session.auth is None
+        and getattr(session, "_default_proxy", None) is None
+        and getattr(session, "_base_url", None) is None
+        and not getattr(session, "_middlewares", ())
+        and not getattr(session, "_raise_for_status", False)
+        and getattr(session, "_request_class", None) is aiohttp.ClientRequest
+        and getattr(session, "_response_class", None) is aiohttp.ClientResponse
+        and isinstance(session.cookie_jar, aiohttp.DummyCookieJar)
+    )
 
 
 def _drop_timer(handle_maker: TimeoutHandle, handle: asyncio.TimerHandle | None) -> None:
@@ -389,8 +414,10 @@ class Transport:
         self._headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
         self._timeout_of: Timeout | None = None
         self._timeout = aiohttp.ClientTimeout()  # replaced before its first use
-        # Requests on the session made here take the direct path (see _start).
+        # Requests on the session made here take the direct path (see _start), with the
+        # connector's rounding threshold for the read timeout, as session.request passes it.
         self._direct = False
+        self._ceil_threshold = 5.0
 
     @property
     def closed(self) -> bool:
@@ -422,8 +449,8 @@ class Transport:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 read_bufsize=_READ_BUFSIZE,
             )
-            # Proxies and netrc from the environment are looked up by session.request only.
-            self._direct = _DIRECT_REQUESTS and not self._trust_env
+            self._direct = _DIRECT_REQUESTS and _as_made(self._session)
+            self._ceil_threshold = getattr(connector, "_timeout_ceil_threshold", 5.0)
             # aiohttp quietly resends an idempotent request once when the server drops the
             # connection. The client's own retry loop decides about retries (and counts them
             # against max_retries and the retry budget), so that hidden resend is turned off.
@@ -536,6 +563,7 @@ class Transport:
                         timeout=client_timeout,
                         ssl=ssl if ssl is not None else True,
                         decompress=not decompress_here,
+                        ceil_threshold=self._ceil_threshold,
                     )
                 else:
                     opened = session.request(

@@ -1,9 +1,10 @@
 """Which aiohttp path a request takes, over real loopback sockets.
 
 The client's own session sends through ``_transport._start``, below ``ClientSession.request``;
-a caller's session, ``trust_env=True``, or a ``ClientSession._request`` that something patched
-(aioresponses, an APM tracer) go through ``session.request``. Both paths keep no cookies and run
-the fault matrix alike (``tests/test_faults.py`` runs on both, see the ``request_path`` fixture).
+a caller's session, ``trust_env=True``, trace configs a tracer added to the session, or a
+``ClientSession._request`` that something patched (aioresponses) go through ``session.request``.
+Both paths keep no cookies and run the fault matrix alike (``tests/test_faults.py`` runs on both,
+see the ``request_path`` fixture).
 """
 
 from __future__ import annotations
@@ -67,6 +68,43 @@ async def test_the_clients_own_session_sends_below_session_request(
         jobs = await client.gather_extractions([JOB_ID] * 3)
     assert [job.ok for job in jobs] == [True] * 3
     assert started == ["GET"] * 3
+
+
+def test_the_direct_path_is_on_for_every_aiohttp_the_suite_supports() -> None:
+    """The direct path is not silently lost on a supported aiohttp (its cases would skip)."""
+    version = tuple(int(part) for part in aiohttp.__version__.split(".")[:2])
+    if version >= (3, 15):
+        pytest.skip(f"aiohttp {aiohttp.__version__} is newer than the releases checked (3.11-3.14)")
+    assert _transport._DIRECT_REQUESTS
+
+
+async def test_a_tracer_added_by_wrapping_session_init_sees_every_request(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenTelemetry's and Sentry's aiohttp integrations add a TraceConfig to every session."""
+    started = count_starts(monkeypatch)
+    traced: list[str] = []
+
+    async def on_request_start(
+        session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestStartParams
+    ) -> None:
+        traced.append(params.method)
+
+    real_init = aiohttp.ClientSession.__init__
+
+    def init(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        config = aiohttp.TraceConfig()
+        config.on_request_start.append(on_request_start)
+        kwargs["trace_configs"] = [*(kwargs.get("trace_configs") or []), config]
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", init)
+    server = await answering(serve)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        jobs = await client.gather_extractions([JOB_ID] * 3)
+    assert [job.ok for job in jobs] == [True] * 3
+    assert traced == ["GET"] * 3
+    assert started == []
 
 
 async def test_a_patched_session_request_sees_every_request(
@@ -137,6 +175,8 @@ async def test_the_clients_own_session_keeps_no_cookies(
         return await real_getaddrinfo("127.0.0.1", *args, **kwargs)
 
     monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    # Where aiodns is installed it is aiohttp's default resolver: use the one that asks the loop.
+    monkeypatch.setattr(aiohttp.connector, "DefaultResolver", aiohttp.ThreadedResolver)
     async with AsyncSearchClient(
         API_KEY, base_url=f"http://api.test:{port}", allow_http=True
     ) as client:
@@ -169,12 +209,8 @@ async def test_total_covers_the_body_read_after_the_headers(serve: Serve) -> Non
         async with AsyncSearchClient(
             API_KEY, base_url=server.base_url, timeout=timeout, max_retries=0
         ) as client:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
             with pytest.raises(APITimeoutError, match="total timeout"):
                 async with asyncio.timeout(10 * TIME_SCALE):  # the whole body would take 200 s
                     await client.get_extraction(JOB_ID)
-            waited = loop.time() - started
     finally:
         release.set()
-    assert waited >= 0.3
