@@ -20,7 +20,7 @@ import sys
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 
 import aiohttp
@@ -157,10 +157,10 @@ _LAZY_READ_TIMER = all(
 _READ_BUFSIZE = 2**16
 
 
-def _takes(function: object, *names: str) -> bool:
+def _takes(function: Callable[..., object], *names: str) -> bool:
     """True when ``function`` accepts every one of ``names`` as a keyword."""
     try:
-        parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
+        parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
     return all(name in parameters for name in names)
