@@ -22,6 +22,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from typing import NamedTuple
 
 import aiohttp
 import yarl
@@ -214,10 +215,18 @@ _DIRECT_REQUESTS = (
 )
 
 
+class _Direct(NamedTuple):
+    """What the direct path needs of the session made here, taken once when it is made."""
+
+    session: aiohttp.ClientSession
+    connector: aiohttp.BaseConnector
+    loop: asyncio.AbstractEventLoop
+    #: The connector's rounding threshold for the read timeout, as session.request passes it.
+    ceil_threshold: float
+
+
 async def _start(
-    session: aiohttp.ClientSession,
-    connector: aiohttp.BaseConnector,
-    loop: asyncio.AbstractEventLoop,
+    direct: _Direct,
     method: str,
     url: yarl.URL,
     *,
@@ -226,7 +235,6 @@ async def _start(
     timeout: aiohttp.ClientTimeout,
     ssl: ssl_module.SSLContext | bool,
     decompress: bool,
-    ceil_threshold: float,
 ) -> aiohttp.ClientResponse:
     """What ``session.request`` does for the client's own session, and nothing it never needs.
 
@@ -241,6 +249,7 @@ async def _start(
     connection from the pool, the response parameters, sending, and reading the status and
     headers. Its errors are the ones ``_request`` raises, so ``_translate`` maps them alike.
     """
+    session, connector, loop, ceil_threshold = direct
     handle_maker = TimeoutHandle(loop, timeout.total, ceil_threshold=timeout.ceil_threshold)
     handle = handle_maker.start()
     timer = handle_maker.timer()
@@ -285,16 +294,18 @@ async def _start(
             except BaseException:
                 connection.close()
                 raise
-    except aiohttp.ClientError:
-        _drop_timer(handle_maker, handle)
-        raise
-    except OSError as exc:
-        _drop_timer(handle_maker, handle)
-        if exc.errno is None and isinstance(exc, TimeoutError):
-            raise
-        raise aiohttp.ClientOSError(*exc.args) from exc
-    except BaseException:
-        _drop_timer(handle_maker, handle)
+    except BaseException as exc:
+        handle_maker.close()
+        if handle is not None:
+            handle.cancel()
+        # As _request does: a bare OSError becomes a ClientOSError (the timer's own
+        # TimeoutError, which has no errno, stays what it is).
+        if (
+            isinstance(exc, OSError)
+            and not isinstance(exc, aiohttp.ClientError)
+            and not (exc.errno is None and isinstance(exc, TimeoutError))
+        ):
+            raise aiohttp.ClientOSError(*exc.args) from exc
         raise
     if handle is not None:
         # The total timeout covers reading the body too: it ends with the connection's use.
@@ -327,12 +338,6 @@ def _as_made(session: aiohttp.ClientSession) -> bool:
         and getattr(session, "_response_class", None) is aiohttp.ClientResponse
         and isinstance(session.cookie_jar, aiohttp.DummyCookieJar)
     )
-
-
-def _drop_timer(handle_maker: TimeoutHandle, handle: asyncio.TimerHandle | None) -> None:
-    handle_maker.close()
-    if handle is not None:
-        handle.cancel()
 
 
 class _PoolSlots:
@@ -414,10 +419,8 @@ class Transport:
         self._headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
         self._timeout_of: Timeout | None = None
         self._timeout = aiohttp.ClientTimeout()  # replaced before its first use
-        # Requests on the session made here take the direct path (see _start), with the
-        # connector's rounding threshold for the read timeout, as session.request passes it.
-        self._direct = False
-        self._ceil_threshold = 5.0
+        # Set when requests on the session made here take the direct path (see _start).
+        self._direct: _Direct | None = None
 
     @property
     def closed(self) -> bool:
@@ -449,8 +452,13 @@ class Transport:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 read_bufsize=_READ_BUFSIZE,
             )
-            self._direct = _DIRECT_REQUESTS and _as_made(self._session)
-            self._ceil_threshold = getattr(connector, "_timeout_ceil_threshold", 5.0)
+            if _DIRECT_REQUESTS and _as_made(self._session):
+                self._direct = _Direct(
+                    self._session,
+                    connector,
+                    _running_loop(),
+                    getattr(connector, "_timeout_ceil_threshold", 5.0),
+                )
             # aiohttp quietly resends an idempotent request once when the server drops the
             # connection. The client's own retry loop decides about retries (and counts them
             # against max_retries and the retry budget), so that hidden resend is turned off.
@@ -489,6 +497,7 @@ class Transport:
             )
         self._closed = True
         self._session = None
+        self._direct = None
         if owned_open:
             assert session is not None
             await session.close()
@@ -539,41 +548,36 @@ class Transport:
             self._headers = CIMultiDictProxy(CIMultiDict(headers))
             self._headers_of = headers
         aiohttp_headers = self._headers
+        ssl_arg = ssl if ssl is not None else True
+        direct = self._direct
         started = time.monotonic()
         current_url, current_method, current_body = url, method, body
         last_status = 0
         try:
             for _ in range(max_redirects + 1):
+                request_url = yarl.URL(current_url, encoded=True)
                 opened: AbstractAsyncContextManager[aiohttp.ClientResponse]
-                if (
-                    self._direct
-                    and aiohttp.ClientSession._request is _SESSION_REQUEST
-                    and session.connector is not None
-                    and self._loop is not None
-                ):
+                if direct is not None and aiohttp.ClientSession._request is _SESSION_REQUEST:
                     # The session made here, with nothing patched into aiohttp: see _start.
                     opened = await _start(
-                        session,
-                        session.connector,
-                        self._loop,
+                        direct,
                         current_method,
-                        yarl.URL(current_url, encoded=True),
+                        request_url,
                         headers=aiohttp_headers,
                         body=current_body,
                         timeout=client_timeout,
-                        ssl=ssl if ssl is not None else True,
+                        ssl=ssl_arg,
                         decompress=not decompress_here,
-                        ceil_threshold=self._ceil_threshold,
                     )
                 else:
                     opened = session.request(
                         current_method,
-                        yarl.URL(current_url, encoded=True),
+                        request_url,
                         headers=aiohttp_headers,
                         data=current_body,
                         timeout=client_timeout,
                         allow_redirects=False,
-                        ssl=ssl if ssl is not None else True,
+                        ssl=ssl_arg,
                     )
                 # A started response closes itself as session.request's context does: released
                 # (or closed, when its body was not read to the end), then its writer awaited.

@@ -44,7 +44,7 @@ def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real_start = _transport._start
 
     async def start(*args: Any, **kwargs: Any) -> aiohttp.ClientResponse:
-        started.append(args[3])
+        started.append(args[1])  # _start(direct, method, url, ...)
         return await real_start(*args, **kwargs)
 
     monkeypatch.setattr(_transport, "_start", start)
