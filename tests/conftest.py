@@ -15,7 +15,6 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from asyncsearch import _transport
 from asyncsearch.testing import ServiceEmulator
 
 from .helpers import TIME_SCALE
@@ -60,20 +59,6 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> None:
 def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
     """Disarm the hard stop of ``pytest_timeout_set_timer``."""
     faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(params=["direct", "session.request"])
-def request_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test once on each aiohttp path of the client's own session (see ``_transport._start``).
-
-    ``direct`` is the default; ``session.request`` is what a patched aiohttp or ``trust_env``
-    gets, switched on here for sessions made from now on.
-    """
-    if request.param == "session.request":
-        monkeypatch.setattr(_transport, "_DIRECT_REQUESTS", False)
-    elif not _transport._DIRECT_REQUESTS:
-        pytest.skip("this aiohttp lacks a part the direct path calls: it uses session.request")
-    return str(request.param)
 
 
 @pytest.fixture(autouse=True)

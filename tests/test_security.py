@@ -42,8 +42,7 @@ from .faults_helpers import (
 )
 from .helpers import TIME_SCALE, held_connections
 
-# Every case runs on both aiohttp paths of the client's own session (see conftest.request_path).
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("request_path")]
+pytestmark = pytest.mark.timeout(30)
 
 JOB = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
 BOUND = 10.0 * TIME_SCALE

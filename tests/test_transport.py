@@ -25,16 +25,14 @@ from asyncsearch import (
     Timeout,
     _client,
 )
-from asyncsearch._transport import _lazy_read_timer, _LazyReadTimer, _PoolSlots
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
-from .helpers import ThreadedServer
+from .helpers import TIME_SCALE, ThreadedServer
 
 Serve = Callable[[Handler], Awaitable[Server]]
 JOB_BODY = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
 
-# Every case runs on both aiohttp paths of the client's own session (see conftest.request_path).
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("request_path")]
+pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture(autouse=True)
@@ -148,29 +146,43 @@ async def test_waiting_for_the_pool_does_not_count_against_total(
     assert budget.tokens == budget.capacity
 
 
-async def test_pool_slots_go_in_order_and_a_cancelled_waiter_passes_its_slot_on() -> None:
-    slots = _PoolSlots(1)
-    assert slots.try_take()
-    assert not slots.try_take()
-    order: list[str] = []
+async def test_the_pool_serves_waiters_in_order_and_a_cancelled_waiter_loses_no_connection(
+    serve: Serve,
+) -> None:
+    first_in = asyncio.Event()
+    release = asyncio.Event()
+    arrived: list[str] = []
+    ids = [f"{JOB_ID[:-1]}{n}" for n in range(5)]
 
-    async def wait(name: str) -> None:
-        await slots.wait()
-        order.append(name)
+    async def handler(request: web.Request) -> web.StreamResponse:
+        arrived.append(request.path.rsplit("/", 1)[-1])
+        if not first_in.is_set():
+            first_in.set()
+            await release.wait()
+        return job_answer()
 
-    first = asyncio.create_task(wait("first"))
-    second = asyncio.create_task(wait("second"))
-    await asyncio.sleep(0)  # both are in line now
-    assert not slots.try_take()  # a newcomer does not jump the line
-    slots.give_back()  # handed to `first`...
-    first.cancel()  # ...which is cancelled before it runs again: the slot goes to `second`
-    with pytest.raises(asyncio.CancelledError):
-        await first
-    await second
-    assert order == ["second"]
-    assert not slots.try_take()
-    slots.give_back()
-    assert slots.try_take()
+    server = await serve(handler)
+    try:
+        async with (
+            asyncio.timeout(10 * TIME_SCALE),  # a lost connection would wait forever
+            AsyncSearchClient(
+                API_KEY, base_url=server.base_url, max_connections=1, timeout=Timeout(pool=None)
+            ) as client,
+        ):
+            holder = asyncio.create_task(client.get_extraction(ids[0]))
+            await first_in.wait()  # the only connection is taken until the test releases it
+            queued = [asyncio.create_task(client.get_extraction(i)) for i in ids[1:4]]
+            for _ in range(3):  # each task runs up to its wait for the pool: no I/O before it
+                await asyncio.sleep(0)
+            queued[1].cancel()  # the middle one leaves the line
+            release.set()
+            await asyncio.gather(holder, queued[0], queued[2])
+            assert queued[1].cancelled()
+            # The connection the cancelled call waited for was not lost: the pool still serves.
+            await client.get_extraction(ids[4])
+    finally:
+        release.set()
+    assert arrived == [ids[0], ids[1], ids[3], ids[4]]  # first come, first served
 
 
 # -- error bodies that cannot be decoded -----------------------------------------------------------
@@ -281,157 +293,14 @@ def test_under_trio_every_entry_point_says_asyncio_only() -> None:
         assert "asyncio only" in str(error)
 
 
-# -- the read timeout, kept by one timer per connection ----------------------------------------
-
-
-class _FakeTimer:
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self._when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def when(self) -> float:
-        return self._when
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class _FakeClock:
-    """Stands in for the loop's clock and timers, so the test decides when time passes."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.timers: list[_FakeTimer] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> _FakeTimer:
-        timer = _FakeTimer(when, callback)
-        self.timers.append(timer)
-        return timer
-
-    def live(self) -> list[float]:
-        return [t.when() for t in self.timers if not t.cancelled]
-
-    def fire(self, at: float) -> None:
-        """Move to ``at`` and run the live timer due then (there is at most one)."""
-        self.now = at
-        (due,) = [t for t in self.timers if not t.cancelled and t.when() == at]
-        due.cancelled = True  # fired: no longer live
-        due.callback()
-
-
-def _timed_handler(*, read_timeout: float) -> tuple[_LazyReadTimer, _FakeClock]:
-    """The client's protocol on a clock the test moves, with ``Timeout(read=read_timeout)``."""
-    handler = _LazyReadTimer(loop=asyncio.get_running_loop())
-    clock = _FakeClock()
-    handler._loop = clock  # type: ignore[assignment]
-    handler.read_timeout = read_timeout
-    return handler, clock
-
-
-async def test_the_read_timeout_fires_after_read_seconds_without_data_with_one_timer() -> None:
-    handler, clock = _timed_handler(read_timeout=60)
-    handler.start_timeout()  # the request is sent
-    assert clock.live() == [60]
-    for at in (10, 30, 59):  # chunks arrive: no new timer each time, unlike aiohttp's
-        clock.now = at
-        handler._reschedule_timeout()
-    assert clock.live() == [60]
-    clock.fire(60)  # data came 1 s ago: wait for the rest
-    assert handler.exception() is None
-    assert clock.live() == [119]
-    clock.fire(119)  # 60 s without data: the timeout aiohttp would raise
-    assert isinstance(handler.exception(), aiohttp.SocketTimeoutError)
-    assert clock.live() == []
-
-
-async def test_a_shorter_read_timeout_on_a_reused_connection_is_not_delayed() -> None:
-    handler, clock = _timed_handler(read_timeout=60)
-    handler.start_timeout()
-    clock.now = 1
-    handler.read_timeout = 5  # the next request, with Timeout(read=5), before the timer ran
-    handler.start_timeout()
-    assert clock.live() == [6]
-    handler.read_timeout = None  # and one with no read timeout at all
-    handler.start_timeout()
-    clock.fire(6)
-    assert handler.exception() is None
-    assert clock.live() == []
-    clock.now = 7
-    handler.read_timeout = 5
-    handler.start_timeout()
-    assert clock.live() == [12]
-    handler._drop_timeout()  # the answer is read to its end
-    clock.fire(12)  # nothing is read any more: no timeout, and the timer stays unset
-    assert clock.live() == []
-    assert handler.exception() is None
-
-
-async def test_one_timer_serves_the_answers_of_a_keep_alive_connection() -> None:
-    handler, clock = _timed_handler(read_timeout=60)
-    for at in (0, 1, 2, 3):  # four answers, each sent, read and ended
-        clock.now = at
-        handler.start_timeout()
-        handler._reschedule_timeout()  # a chunk
-        handler._drop_timeout()  # the end of the answer
-    assert len(clock.timers) == 1  # made once, never cancelled and made again
-    assert clock.live() == [60]
-    clock.now = 50
-    handler.start_timeout()  # a fifth answer, 10 s before the timer comes due
-    clock.fire(60)  # only 10 s without data: set again for the rest
-    assert handler.exception() is None
-    assert clock.live() == [110]
-    clock.fire(110)  # this answer went 60 s without data
-    assert isinstance(handler.exception(), aiohttp.SocketTimeoutError)
-
-
-async def test_an_idle_connection_never_times_out_and_a_lost_one_drops_its_timer() -> None:
-    handler, clock = _timed_handler(read_timeout=60)
-    handler.start_timeout()
-    handler._drop_timeout()
-    clock.fire(60)  # idle in the pool when it comes due
-    assert handler.exception() is None
-    assert clock.live() == []
-    clock.now = 500
-    handler.start_timeout()  # the next answer sets it again
-    assert clock.live() == [560]
-    # aiohttp's flow control (pause_reading, resume_reading) calls these two: no timeout while
-    # reading is paused, and the full `read` seconds again once it resumes. (Called directly:
-    # aiohttp 3.14's pause_reading needs a parser this bare protocol has not got.)
-    handler._drop_timeout()
-    clock.fire(560)
-    assert handler.exception() is None
-    clock.now = 600
-    handler._reschedule_timeout()
-    assert clock.live() == [660]
-    handler.connection_lost(None)
-    assert clock.live() == []  # cancelled: it neither fires nor keeps the protocol alive
-
-
-async def test_the_clients_own_connections_use_the_one_timer_protocol(serve: Serve) -> None:
-    async def answer(request: web.Request) -> web.Response:
-        return job_answer()
-
-    server = await serve(answer)
-    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
-        await client.get_extraction(JOB_ID)
-        session = client._shared.transport._session
-        assert session is not None
-        connector: Any = session.connector
-        assert connector._factory.func is _lazy_read_timer
-        # The pooled connection the request went over speaks through it.
-        (pooled,) = [proto for conns in connector._conns.values() for proto, _ in conns]
-        assert isinstance(pooled, _LazyReadTimer)
+# -- the read timeout on a keep-alive connection ---------------------------------------------------
 
 
 async def test_a_stalled_answer_times_out_on_a_connection_that_carried_others(
     serve: Serve,
 ) -> None:
-    """The timer kept from the earlier answers of a keep-alive connection still ends a later
-    answer that stops sending in the middle of its body, and no sooner than ``read`` seconds."""
+    """A later answer of a keep-alive connection that stops sending in the middle of its body
+    times out, and no sooner than ``read`` seconds."""
     release = asyncio.Event()
     peers: list[object] = []
 
