@@ -44,9 +44,9 @@ from ._errors import (
     WaitTimeoutError,
 )
 from ._models import (
+    IN_PROGRESS_JOB_STATES,
     ExtractionFormat,
     ExtractionJob,
-    JobState,
     LeanSearchHit,
     LeanSearchPage,
     LinkPreview,
@@ -63,6 +63,7 @@ from ._protocol import SearchParams, image_data_url
 from ._version import __version__
 
 __all__ = [
+    "IN_PROGRESS_JOB_STATES",
     "APIConnectionError",
     "APIResponse",
     "APIStatusError",
@@ -82,7 +83,6 @@ __all__ = [
     "ExtractionSuccess",
     "InternalServerError",
     "InvalidRequestError",
-    "JobState",
     "LeanSearchHit",
     "LeanSearchPage",
     "LinkPreview",

@@ -54,19 +54,21 @@ from ._config import (
 )
 from ._errors import (
     APIConnectionError,
+    APIStatusError,
     APITimeoutError,
     AsyncSearchError,
+    AuthenticationError,
     ClientClosedError,
     ConfigurationError,
     InvalidRequestError,
+    PermissionDeniedError,
     ResponseValidationError,
     WaitTimeoutError,
 )
 from ._models import (
-    TERMINAL_JOB_STATES,
+    IN_PROGRESS_JOB_STATES,
     ExtractionFormat,
     ExtractionJob,
-    JobState,
     LeanSearchHit,
     LeanSearchPage,
     LinkPreview,
@@ -158,18 +160,6 @@ class _Options:
                 has_body=has_body,
             )
             object.__setattr__(self, name, headers)
-
-
-class _LazyPath:
-    """The path of a URL for log lines, split only when a line is actually written."""
-
-    __slots__ = ("_url",)
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    def __str__(self) -> str:
-        return urlsplit(self._url).path
 
 
 class _Shared:
@@ -434,6 +424,20 @@ def _result_of(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
     error = AsyncSearchError(f"unexpected error while fetching the job: {outcome.error!r}")
     error.__cause__ = outcome.error
     return ExtractionFailure(job_id=outcome.item, error=error)
+
+
+def _not_sent(refused: APIStatusError) -> APIStatusError:
+    """The error of an id a bulk call did not send after ``refused`` (a 401 or 403) came."""
+    error = type(refused)(
+        f"not sent: the service refused an earlier request of this bulk call ({refused.message})",
+        status_code=refused.status_code,
+        headers=refused.headers,
+        body=refused.body,
+        method=refused.method,
+        url=refused.url,
+    )
+    error.__cause__ = refused
+    return error
 
 
 def _check_job_ids(job_ids: object) -> None:
@@ -716,10 +720,11 @@ class AsyncSearchClient:
                     max_redirects=opts.max_redirects,
                     ssl=opts.ssl,
                     secret=secret,
+                    queued=pressure is not None,
                 )
             except APIConnectionError as exc:
                 exc.attempts = attempts
-                path = _LazyPath(url)
+                path = request.path
                 logger.debug(
                     "%s %s -> %s (attempt %d, %.3fs)",
                     request.method,
@@ -746,7 +751,7 @@ class AsyncSearchClient:
                 logger.debug(
                     "%s %s -> %d (attempt %d, %.3fs)",
                     request.method,
-                    _LazyPath(url),
+                    request.path,
                     status,
                     attempts,
                     response.elapsed,
@@ -758,7 +763,7 @@ class AsyncSearchClient:
                     pressure.on_success()
                 return APIResponse(request, response, attempts, secret)
 
-            path = _LazyPath(url)
+            path = request.path
             # The error keeps the headers: without the key, should the server have echoed it.
             response = msgspec.structs.replace(
                 response, headers=scrub_headers(response.headers, secret)
@@ -810,7 +815,7 @@ class AsyncSearchClient:
         )
 
     def _log_retry(
-        self, request: Request[Any], path: _LazyPath, attempts: int, delay: float, reason: str
+        self, request: Request[Any], path: str, attempts: int, delay: float, reason: str
     ) -> None:
         logger.info(
             "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
@@ -1140,12 +1145,22 @@ class AsyncSearchClient:
         protocol.check_extraction_format(format)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        pressure = AdaptiveConcurrency(concurrency)
+        # More calls in flight than the pool has connections would only queue for the pool.
+        pool = self._shared.transport.pool_size
+        pressure = AdaptiveConcurrency(concurrency if pool is None else min(concurrency, pool))
+        # The 401 or 403 that stops the call: every id would get the same answer, so once one
+        # comes, nothing more is sent and every id not sent yet gets the error too.
+        refused: list[APIStatusError] = []
 
         async def fetch(job_id: str | uuid.UUID) -> ExtractionResult:
+            if refused:
+                return ExtractionFailure(job_id=job_id, error=_not_sent(refused[0]))
             try:
                 request = protocol.get_extraction(job_id, format=format)
                 job = (await self._send(request, pressure=pressure)).parse()
+            except (AuthenticationError, PermissionDeniedError) as exc:
+                refused.append(exc)
+                return ExtractionFailure(job_id=job_id, error=exc)
             except AsyncSearchError as exc:
                 return ExtractionFailure(job_id=job_id, error=exc)
             return ExtractionSuccess(job_id=job_id, job=job)
@@ -1153,7 +1168,7 @@ class AsyncSearchClient:
         return fan_out(
             fetch,
             job_ids,
-            concurrency=concurrency,
+            concurrency=pressure.maximum,
             ordered=ordered,
             on_progress=on_progress,
             controller=pressure,
@@ -1192,15 +1207,17 @@ class AsyncSearchClient:
         self,
         job_id: str | uuid.UUID,
         *,
-        until: Callable[[ExtractionJob], bool] | Collection[JobState] = TERMINAL_JOB_STATES,
+        until: Callable[[ExtractionJob], bool] | Collection[str] | None = None,
         interval: float = 1.0,
         timeout: float = 300.0,
     ) -> ExtractionJob:
-        """Poll a job until it is finished: by default until its state is one of
-        ``TERMINAL_JOB_STATES`` ("done" or "failed").
+        """Poll a job until it is no longer in progress, and return it.
 
-        ``until`` takes other states (``until={"processing", "done", "failed"}``) or a
-        predicate of the job (``until=lambda job: job.extraction is not None``). The interval
+        By default it returns at the first poll that finds the job's state outside
+        ``IN_PROGRESS_JOB_STATES`` (``pending``, ``processing``), whatever the state is: the
+        spec names no final state, so none is assumed (a state not seen before is logged once
+        at INFO). ``until`` takes the states to wait for instead (``until={"processing"}``) or
+        a predicate of the job (``until=lambda job: job.extraction is not None``). The interval
         grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying the last job
         seen in ``.job``) when ``timeout`` seconds pass, including time spent in requests;
         errors that are not retried, such as ``NotFoundError``, propagate at once.
@@ -1209,7 +1226,7 @@ class AsyncSearchClient:
         for name, value in (("interval", interval), ("timeout", timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
-        done = _until(until)
+        done = _not_in_progress if until is None else _until(until)
         last: ExtractionJob | None = None
         attempts = 0
         delay = float(interval)
@@ -1229,6 +1246,27 @@ class AsyncSearchClient:
             job=last,
             attempts=attempts,
         )
+
+
+#: The job states ``wait_for_extraction`` has already said it does not know (logged once each).
+_reported_states: set[str | None] = set()
+
+
+def _not_in_progress(job: ExtractionJob) -> bool:
+    """``wait_for_extraction``'s default: the job's state is not one known to be in progress."""
+    state = job.state
+    if state in IN_PROGRESS_JOB_STATES:
+        return False
+    if state not in _reported_states:
+        _reported_states.add(state)
+        logger.info(
+            "extraction job %s is in state %r, which asyncsearch does not know (the spec names "
+            "only 'pending'); wait_for_extraction takes it as finished (pass until= to wait "
+            "for something else)",
+            job.id,
+            state,
+        )
+    return True
 
 
 def _redirect_reason(response: Response) -> str | None:
@@ -1319,7 +1357,7 @@ def _replace_hits(page: Any, hits: list[Any]) -> Any:
 
 
 def _until(
-    until: Callable[[ExtractionJob], bool] | Collection[JobState],
+    until: Callable[[ExtractionJob], bool] | Collection[str],
 ) -> Callable[[ExtractionJob], bool]:
     if callable(until):
         return until

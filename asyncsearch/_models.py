@@ -21,7 +21,8 @@ Every Struct has ``to_dict()`` (``msgspec.to_builtins``: wire names, JSON-ready 
 ``to_json()`` (``msgspec.json.encode``: the wire form as bytes).
 
 The closed value sets the spec names are ``Literal`` types for arguments: ``ExtractionFormat``
-(``format``), ``LinkType`` (link ``type``) and ``JobState`` (see ``TERMINAL_JOB_STATES``).
+(``format``) and ``LinkType`` (link ``type``); ``IN_PROGRESS_JOB_STATES`` names the job states
+known to mean "not finished".
 Decoded fields stay ``str``, so a value the server adds later never fails a response.
 
 Response Structs are declared with ``gc=False``: they hold acyclic data, and keeping them out of
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 import msgspec
 
 __all__ = [
-    "TERMINAL_JOB_STATES",
+    "IN_PROGRESS_JOB_STATES",
     "Agent",
     "AnonymousIdentity",
     "Chat",
@@ -57,7 +58,6 @@ __all__ = [
     "Folder",
     "ImageDescriptor",
     "JobLinks",
-    "JobState",
     "Label",
     "LeanSearchHit",
     "LeanSearchPage",
@@ -104,13 +104,11 @@ else:
 ExtractionFormat = Literal["json", "markdown"]
 #: ``type`` of ``GET /v2/link`` (spec 4.3: the enum cache, link).
 LinkType = Literal["cache", "link"]
-#: The job states asyncsearch knows. The spec shows only ``pending``; the others are this SDK's
-#: choice (the bundled emulator's states). ``ExtractionJob.state`` stays ``str`` when decoding,
-#: so a state the service adds later still reads.
-JobState = Literal["pending", "processing", "done", "failed"]
-#: The states after which a job does not change: what ``wait_for_extraction`` waits for by
-#: default (its ``until=`` takes other states or a predicate).
-TERMINAL_JOB_STATES: frozenset[JobState] = frozenset({"done", "failed"})
+#: The job states known to mean "not finished yet": ``pending`` (the one state the spec names)
+#: and ``processing`` (the bundled emulator's). The spec shows no other state, so no other value
+#: is assumed to mean anything: ``wait_for_extraction`` stops waiting once a job's state is not
+#: one of these, whatever it is, and ``ExtractionJob.state`` stays ``str``.
+IN_PROGRESS_JOB_STATES: frozenset[str] = frozenset({"pending", "processing"})
 
 #: A number the spec leaves untyped (``size``, ``width``, ...): integers stay ``int``.
 Number = int | float

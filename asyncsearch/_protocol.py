@@ -126,6 +126,11 @@ class Request(msgspec.Struct, Generic[T], frozen=True, gc=False):
     #: on (see ``is_retryable_status`` and ``is_retryable_connection_error``).
     idempotent: bool = True
 
+    @property
+    def path(self) -> str:
+        """The endpoint's path, for logs: the target without its query (which may hold a URL)."""
+        return self.target.partition("?")[0]
+
 
 class Response(msgspec.Struct, frozen=True, gc=False):
     """What came back for one attempt: status, headers and the whole body."""

@@ -3,7 +3,7 @@
 The top-level package exports the models a caller meets first (``SearchPage``, ``SearchHit``,
 ``ExtractionJob``, ...); this module holds all of them, including the nested parts (``Chunk``
 of a hit is ``SearchChunk``, a job's ``extraction.media`` is ``ExtractionMedia``, ...), the
-request Structs, the ``Literal`` types of the closed value sets and ``TERMINAL_JOB_STATES``::
+request Structs, the ``Literal`` types of the closed value sets and ``IN_PROGRESS_JOB_STATES``::
 
     from asyncsearch.models import SearchChunk
 
@@ -15,7 +15,7 @@ Every Struct has ``to_dict()`` and ``to_json()`` (wire names).
 from __future__ import annotations
 
 from ._models import (
-    TERMINAL_JOB_STATES,
+    IN_PROGRESS_JOB_STATES,
     Agent,
     AnonymousIdentity,
     Chat,
@@ -35,7 +35,6 @@ from ._models import (
     Folder,
     ImageDescriptor,
     JobLinks,
-    JobState,
     Label,
     LeanSearchHit,
     LeanSearchPage,
@@ -67,7 +66,7 @@ from ._models import (
 )
 
 __all__ = [
-    "TERMINAL_JOB_STATES",
+    "IN_PROGRESS_JOB_STATES",
     "Agent",
     "AnonymousIdentity",
     "Chat",
@@ -87,7 +86,6 @@ __all__ = [
     "Folder",
     "ImageDescriptor",
     "JobLinks",
-    "JobState",
     "Label",
     "LeanSearchHit",
     "LeanSearchPage",

@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import gc
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -16,7 +17,10 @@ import pytest
 from aiohttp import web
 
 from asyncsearch import (
+    IN_PROGRESS_JOB_STATES,
+    APIStatusError,
     AsyncSearchClient,
+    AuthenticationError,
     ExtractionFailure,
     ExtractionJob,
     ExtractionResult,
@@ -24,12 +28,13 @@ from asyncsearch import (
     InternalServerError,
     InvalidRequestError,
     NotFoundError,
+    PermissionDeniedError,
     RateLimitError,
     RetryBudget,
+    Timeout,
     WaitTimeoutError,
     _client,
 )
-from asyncsearch.models import TERMINAL_JOB_STATES
 
 from .conftest import API_KEY, Handler, Server
 from .helpers import TIME_SCALE, client_tasks, held_connections
@@ -466,6 +471,74 @@ async def test_overload_shrinks_concurrency(serve: Serve, no_backoff: list[float
     assert max(seen_in_flight[-50:]) <= 2
 
 
+async def test_a_bulk_call_never_times_out_waiting_for_its_own_pool(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    # Two bulk calls of 10 in flight each share a pool of 2 connections, and every answer takes
+    # 0.1 s: most requests wait for the pool far longer than Timeout.pool. That wait is the
+    # calls' own queue, not a fault: nothing may end in PoolTimeoutError.
+    server = await serve(extract_handler(latency=0.1))
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=2, timeout=Timeout(pool=0.05)
+    ) as client:
+        both = await asyncio.gather(
+            client.gather_extractions(job_ids(10), concurrency=10),
+            client.gather_extractions(job_ids(10)[::-1], concurrency=10),
+        )
+    assert [r.error for results in both for r in results] == [None] * 20
+    assert server.max_in_flight <= 2
+    assert len(server.seen) == 20
+
+
+@pytest.mark.parametrize("method", ["gather", "iter"])
+@pytest.mark.parametrize(
+    ("status", "error"), [(401, AuthenticationError), (403, PermissionDeniedError)]
+)
+async def test_a_refused_key_stops_a_bulk_call(
+    serve: Serve, method: str, status: int, error: type[APIStatusError]
+) -> None:
+    server = await serve(extract_handler(default=status))
+    ids = job_ids(50)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        if method == "gather":
+            results = await client.gather_extractions(ids, concurrency=4)
+        else:
+            async with client.iter_extractions(ids, concurrency=4, ordered=True) as iterated:
+                results = [result async for result in iterated]
+    assert [r.job_id for r in results] == ids
+    sent = [seen.path.rsplit("/", 1)[1] for seen in server.seen]
+    assert 1 <= len(sent) <= 4  # only the requests already in flight when the first came back
+    assert len(set(sent)) == len(sent)  # one per id at most
+    for result in results:
+        assert type(result.error) is error, result
+        assert result.error.status_code == status
+        if result.job_id in sent:
+            assert "not sent" not in str(result.error)
+        else:
+            assert str(result.error).startswith("not sent")
+            assert isinstance(result.error.__cause__, error)
+            assert API_KEY not in repr(result.error)
+
+
+async def test_a_retry_after_past_max_retry_after_fails_its_id_at_once_and_pauses_nobody(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    ids = job_ids(6)
+    server = await serve(
+        extract_handler(script={ids[0]: [503]}, headers={503: {"Retry-After": "3600"}})
+    )
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retry_after=1) as client:
+        # One call at a time: every later id starts after the 503, so a pause of an hour (the
+        # Retry-After not honoured) would hold them all, and the deadline would fail the test.
+        async with asyncio.timeout(10 * TIME_SCALE):
+            results = await client.gather_extractions(ids, concurrency=1)
+    assert isinstance(results[0].error, InternalServerError)
+    assert results[0].error.attempts == 1  # failed at once: not retried, not slept on
+    assert [r.ok for r in results[1:]] == [True] * 5
+    assert no_backoff == []
+    assert len(server.seen) == 6
+
+
 @pytest.mark.parametrize(
     "how", ["break", "aclose", "async with", "exception", "cancel-gather", "cancel-iter"]
 )
@@ -568,11 +641,13 @@ async def test_wait_for_extraction_polls_until_done(serve: Serve, no_backoff: li
     assert 2.4 <= no_backoff[1] <= 3.6
 
 
-async def test_wait_for_extraction_waits_past_processing_for_a_terminal_state(
-    serve: Serve, no_backoff: list[float]
+@pytest.mark.parametrize("final", ["completed", "error", "cancelled", "done", "failed"])
+async def test_wait_for_extraction_returns_at_the_first_poll_past_the_in_progress_states(
+    serve: Serve, no_backoff: list[float], final: str
 ) -> None:
-    # "processing" is not "pending", and still not finished: the default waits past it.
-    states = ["pending", "processing", "processing", "failed"]
+    # The spec names no final state: whatever a job becomes after pending and processing (the
+    # in-progress states known) ends the wait, at the first poll that sees it.
+    states = ["pending", "processing", "processing", final, "never asked for"]
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
@@ -580,9 +655,30 @@ async def test_wait_for_extraction_waits_past_processing_for_a_terminal_state(
     server = await serve(handler)
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         job = await client.wait_for_extraction(job_ids(1)[0])
-    assert job.state == "failed"
+    assert job.state == final
     assert len(server.seen) == 4
-    assert {"done", "failed"} == TERMINAL_JOB_STATES
+    assert frozenset({"pending", "processing"}) == IN_PROGRESS_JOB_STATES
+
+
+async def test_wait_for_extraction_logs_a_state_it_does_not_know_once(
+    serve: Serve, no_backoff: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    unknown = f"state-{uuid.uuid4()}"  # seen by no other test, whatever their order
+    missing = job_body(job_ids(1)[0], "pending")
+    del missing["state"]
+    answers: list[dict[str, object]] = [job_body(job_ids(1)[0], unknown)] * 2 + [missing]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(answers.pop(0))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        for _ in range(2):
+            assert (await client.wait_for_extraction(job_ids(1)[0])).state == unknown
+        assert (await client.wait_for_extraction(job_ids(1)[0])).state is None  # no state: done
+    lines = [r for r in caplog.records if r.levelno == logging.INFO and unknown in r.getMessage()]
+    assert len(lines) == 1
+    assert "wait_for_extraction" in lines[0].getMessage()
 
 
 async def test_wait_for_extraction_until_other_states(

