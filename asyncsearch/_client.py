@@ -99,6 +99,18 @@ __all__ = [
 
 T = TypeVar("T")
 Y = TypeVar("Y")
+if TYPE_CHECKING:
+    # A default (PEP 696) for checkers only: a bare ``ExtractionResult`` means either kind of id.
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    #: The type of the ids given to a bulk call: each result carries its id back as given.
+    JobId = TypeVarWithDefault(
+        "JobId", bound=str | uuid.UUID, default=str | uuid.UUID, covariant=True
+    )
+else:
+    JobId = TypeVar("JobId", bound=str | uuid.UUID, covariant=True)
+#: The same, for the functions that take the ids.
+Id = TypeVar("Id", bound=str | uuid.UUID)
 
 logger = logging.getLogger("asyncsearch")
 
@@ -293,9 +305,18 @@ class RawResponseClient:
         **params: Unpack[SearchParams],
     ) -> APIResponse[LeanSearchPage]: ...
 
+    @overload
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        embeddings: bool,
+        **params: Unpack[SearchParams],
+    ) -> APIResponse[SearchPage | LeanSearchPage]: ...
+
     async def search(
         self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
-    ) -> APIResponse[SearchPage] | APIResponse[LeanSearchPage]:
+    ) -> APIResponse[Any]:
         """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
         request = self._client._search_request(text, params)
         if not embeddings:
@@ -340,7 +361,7 @@ class SearchPager(Pager[Y]):
     """
 
 
-class ExtractionSuccess(msgspec.Struct, frozen=True, gc=False):
+class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
     """A job fetched by a bulk call: ``job_id`` exactly as given, and its ``job``.
 
     A frozen msgspec Struct, not tracked by the cyclic GC (it holds an id and an acyclic job):
@@ -348,7 +369,7 @@ class ExtractionSuccess(msgspec.Struct, frozen=True, gc=False):
     ~5 µs per id in collections.
     """
 
-    job_id: str | uuid.UUID
+    job_id: JobId
     job: ExtractionJob
 
     @property
@@ -362,7 +383,7 @@ class ExtractionSuccess(msgspec.Struct, frozen=True, gc=False):
         return True
 
 
-class ExtractionFailure(msgspec.Struct, frozen=True):
+class ExtractionFailure(msgspec.Struct, Generic[JobId], frozen=True):
     """A job a bulk call could not fetch: ``job_id`` exactly as given, and the ``error``.
 
     ``error`` is the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted
@@ -370,7 +391,7 @@ class ExtractionFailure(msgspec.Struct, frozen=True):
     tracked by the cyclic GC: an error's traceback can lead back to it.
     """
 
-    job_id: str | uuid.UUID
+    job_id: JobId
     error: AsyncSearchError
 
     @property
@@ -387,11 +408,14 @@ class ExtractionFailure(msgspec.Struct, frozen=True):
 #: The outcome of fetching one extraction job in a bulk call: a tagged union on ``ok``, so
 #: ``if result.ok:`` narrows it to ``ExtractionSuccess`` (``.job`` is an ``ExtractionJob``) and
 #: the ``else`` branch to ``ExtractionFailure`` (``.error`` is set). ``isinstance(x,
-#: ExtractionResult)`` works too.
-ExtractionResult: TypeAlias = ExtractionSuccess | ExtractionFailure
+#: ExtractionResult)`` works too. ``ExtractionResult[str]`` is the result of a ``str`` id.
+if TYPE_CHECKING:
+    ExtractionResult: TypeAlias = ExtractionSuccess[JobId] | ExtractionFailure[JobId]
+else:
+    ExtractionResult = ExtractionSuccess | ExtractionFailure
 
 
-class ExtractionResults(AsyncClosing):
+class ExtractionResults(AsyncClosing, Generic[JobId]):
     """The async iterator of ``ExtractionResult`` from ``iter_extractions``.
 
     Also an async context manager with ``aclose()``; leaving early in any way cancels the calls
@@ -400,13 +424,13 @@ class ExtractionResults(AsyncClosing):
 
     __slots__ = ("_outcomes",)
 
-    def __init__(self, outcomes: FanOut[str | uuid.UUID, ExtractionResult]) -> None:
+    def __init__(self, outcomes: FanOut[JobId, ExtractionResult[JobId]]) -> None:
         self._outcomes = outcomes
 
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> ExtractionResult:
+    async def __anext__(self) -> ExtractionResult[JobId]:
         return _result_of(await self._outcomes.__anext__())
 
     async def aclose(self) -> None:
@@ -414,7 +438,7 @@ class ExtractionResults(AsyncClosing):
         await self._outcomes.aclose()
 
 
-def _result_of(outcome: Outcome[Any, ExtractionResult]) -> ExtractionResult:
+def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[Id]:
     """The result of one id: the one the fetch function made, or its unexpected error."""
     value = outcome.value
     if value is not None:
@@ -865,6 +889,15 @@ class AsyncSearchClient:
         **params: Unpack[SearchParams],
     ) -> LeanSearchPage: ...
 
+    @overload
+    async def search(
+        self,
+        text: str | None = None,
+        *,
+        embeddings: bool,
+        **params: Unpack[SearchParams],
+    ) -> SearchPage | LeanSearchPage: ...
+
     async def search(
         self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
     ) -> SearchPage | LeanSearchPage:
@@ -933,6 +966,19 @@ class AsyncSearchClient:
         **params: Unpack[SearchWalkParams],
     ) -> SearchPager[LeanSearchPage]: ...
 
+    @overload
+    def search_pages(
+        self,
+        text: str | None = None,
+        *,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        embeddings: bool,
+        **params: Unpack[SearchWalkParams],
+    ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]: ...
+
     def search_pages(
         self,
         text: str | None = None,
@@ -994,6 +1040,20 @@ class AsyncSearchClient:
         embeddings: Literal[False],
         **params: Unpack[SearchWalkParams],
     ) -> SearchPager[LeanSearchHit]: ...
+
+    @overload
+    def search_hits(
+        self,
+        text: str | None = None,
+        *,
+        start_page: int | None = None,
+        max_pages: int | None = None,
+        prefetch: bool = True,
+        dedupe: bool = False,
+        max_items: int | None = None,
+        embeddings: bool,
+        **params: Unpack[SearchWalkParams],
+    ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]: ...
 
     def search_hits(
         self,
@@ -1102,13 +1162,13 @@ class AsyncSearchClient:
 
     def iter_extractions(
         self,
-        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+        job_ids: Iterable[Id] | AsyncIterable[Id],
         *,
         concurrency: int = 16,
         ordered: bool = False,
         format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
-    ) -> ExtractionResults:
+    ) -> ExtractionResults[Id]:
         """Fetch many extraction jobs concurrently, yielding one ``ExtractionResult`` per id.
 
         ``job_ids`` (a plain or async iterable) is read lazily, so any number of ids runs in
@@ -1134,13 +1194,13 @@ class AsyncSearchClient:
 
     def _extraction_fan_out(
         self,
-        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+        job_ids: Iterable[Id] | AsyncIterable[Id],
         *,
         concurrency: int,
         ordered: bool,
         format: ExtractionFormat | None,
         on_progress: Callable[[int, int | None], object] | None,
-    ) -> FanOut[str | uuid.UUID, ExtractionResult]:
+    ) -> FanOut[Id, ExtractionResult[Id]]:
         self._check_open()
         protocol.check_extraction_format(format)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -1152,7 +1212,7 @@ class AsyncSearchClient:
         # comes, nothing more is sent and every id not sent yet gets the error too.
         refused: list[APIStatusError] = []
 
-        async def fetch(job_id: str | uuid.UUID) -> ExtractionResult:
+        async def fetch(job_id: Id) -> ExtractionResult[Id]:
             if refused:
                 return ExtractionFailure(job_id=job_id, error=_not_sent(refused[0]))
             try:
@@ -1176,12 +1236,12 @@ class AsyncSearchClient:
 
     async def gather_extractions(
         self,
-        job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+        job_ids: Iterable[Id] | AsyncIterable[Id],
         *,
         concurrency: int = 16,
         format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
-    ) -> list[ExtractionResult]:
+    ) -> list[ExtractionResult[Id]]:
         """Fetch many extraction jobs concurrently and return their results in input order.
 
         Like ``iter_extractions`` (any iterable or async iterable of ids; failed jobs are results

@@ -31,7 +31,10 @@ headers are never copied into errors, and URLs are stripped of any user info.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._models import ExtractionJob  # for the annotation of WaitTimeoutError.job only
 
 __all__ = [
     "APIConnectionError",
@@ -262,6 +265,8 @@ class ClientClosedError(AsyncSearchError, RuntimeError):
 class WaitTimeoutError(AsyncSearchError, TimeoutError):
     """Waiting for an extraction job ran out of time; ``job`` is the last state seen."""
 
-    def __init__(self, message: str, *, job: Any = None, attempts: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, job: ExtractionJob | None = None, attempts: int | None = None
+    ) -> None:
         super().__init__(message, attempts=attempts)
         self.job = job

@@ -12,10 +12,12 @@ Decoding rules, so that one odd field never fails a whole page:
 - unknown fields are ignored; enumerated fields whose value sets the spec does not show
   (kind, state, status, type, ...) are plain ``str``;
 - a value of the wrong type still fails (the client raises ``ResponseValidationError``);
-- timestamps the spec documents as ISO 8601 (``Timestamp`` fields) decode to ``datetime`` when
-  RFC 3339 or ``datetime.fromisoformat`` reads them (``2024-02-04``, ``20240204T170251Z``, ...)
-  and otherwise stay the ``str`` exactly as sent, so one odd timestamp never fails a job; the
-  timestamps whose format is not documented stay ``str``.
+- timestamps the spec documents as ISO 8601 (``Timestamp`` fields) decode to an aware
+  ``datetime`` when RFC 3339 or ``datetime.fromisoformat`` reads them with a UTC offset
+  (``2024-02-04T17:02:51Z``, ``20240204T170251Z``, ...) and otherwise (no offset, a date
+  alone, no date at all) stay the ``str`` exactly as sent, so one odd timestamp never fails a
+  job and every ``datetime`` compares with every other; the timestamps whose format is not
+  documented stay ``str``.
 
 Every Struct has ``to_dict()`` (``msgspec.to_builtins``: wire names, JSON-ready values) and
 ``to_json()`` (``msgspec.json.encode``: the wire form as bytes).
@@ -124,21 +126,22 @@ else:
 
 
 def _read_timestamp(text: str) -> datetime.datetime | str:
-    """A documented timestamp as a ``datetime``, or ``text`` unchanged when it does not read.
+    """A documented timestamp as an aware ``datetime``, or ``text`` unchanged.
 
     ``datetime.fromisoformat`` first (it reads RFC 3339 and, since Python 3.11, most of
-    ISO 8601: dates alone, basic forms, week dates, hours without minutes), then msgspec's
-    RFC 3339 reader for what it alone takes (a lowercase ``t`` or ``z``). Without an offset
-    the ``datetime`` is naive, as the server wrote it.
+    ISO 8601: basic forms, week dates, hours without minutes), then msgspec's RFC 3339 reader
+    for what it alone takes (a lowercase ``t`` or ``z``). A value without a UTC offset (a date
+    alone, a local time) stays the text as sent: the spec says timestamps end in ``Z``, and
+    guessing a time zone would make a ``datetime`` that cannot be compared with aware ones.
     """
     try:
-        return datetime.datetime.fromisoformat(text)
+        value = datetime.datetime.fromisoformat(text)
     except ValueError:
-        pass
-    try:
-        return msgspec.convert(text, datetime.datetime)
-    except ValueError:  # msgspec.ValidationError, or a lone surrogate in a Struct made by hand
-        return text
+        try:
+            value = msgspec.convert(text, datetime.datetime)
+        except ValueError:  # msgspec.ValidationError, or a lone surrogate in a Struct by hand
+            return text
+    return text if value.tzinfo is None else value
 
 
 class _Serializable:
@@ -394,7 +397,7 @@ class SearchChunk(_Wire):
 
 
 class Embeddings(_WireWithLists):
-    """The hit's embedding vectors: ``small3_512`` (512 values) and ``clip2`` (768 values)."""
+    """The hit's embedding vectors ``small3_512`` and ``clip2`` (widths not documented)."""
 
     _list_fields = ("small3_512", "clip2")
 
@@ -465,11 +468,18 @@ class SearchPage(_WireWithLists):
     def embedding_matrix(self, name: Literal["small3_512", "clip2"] = "small3_512") -> Any:
         """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
 
-        A hit without that embedding gets a row of NaN. Needs numpy (not a dependency of
-        asyncsearch); raises ``ImportError`` without it and ``ValueError`` when hits disagree
-        on the number of dimensions.
+        A hit without that embedding gets a row of NaN; the width is taken from the hits. Needs
+        numpy (not a dependency of asyncsearch: ``pip install 'asyncsearch[numpy]'``); raises
+        ``ImportError`` saying so without it and ``ValueError`` when hits disagree on the
+        number of dimensions.
         """
-        import numpy as np
+        try:
+            import numpy as np
+        except ImportError as exc:
+            raise ImportError(
+                "SearchPage.embedding_matrix() needs numpy, which asyncsearch does not depend "
+                "on: pip install 'asyncsearch[numpy]' (or pip install numpy)"
+            ) from exc
 
         vectors = [getattr(h.embeddings, name) if h.embeddings else [] for h in self.hits]
         width = max((len(v) for v in vectors), default=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -258,9 +259,8 @@ def test_only_structs_that_need_it_pay_for_post_init() -> None:
 
 def test_a_struct_made_by_hand_keeps_text_that_does_not_read() -> None:
     assert ExtractionJob(id="j", created_at="2024-02-04\ud800").created_at == "2024-02-04\ud800"
-    assert ExtractionJob(id="j", created_at="2024-02-04").created_at == datetime.datetime(
-        2024, 2, 4
-    )
+    # A date alone has no offset: kept as sent rather than made a naive (or guessed) midnight.
+    assert ExtractionJob(id="j", created_at="2024-02-04").created_at == "2024-02-04"
 
 
 # Documented timestamps: every form datetime.fromisoformat reads (3.11+) is a datetime, RFC 3339
@@ -268,18 +268,19 @@ def test_a_struct_made_by_hand_keeps_text_that_does_not_read() -> None:
 UTC = datetime.UTC
 READ_AS_DATETIME: dict[str, datetime.datetime] = {
     "2024-05-01T09:00:00.123Z": datetime.datetime(2024, 5, 1, 9, 0, 0, 123000, tzinfo=UTC),
-    "2024-02-04": datetime.datetime(2024, 2, 4),
     "20240204T170251Z": datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=UTC),
-    "20240204": datetime.datetime(2024, 2, 4),
-    "2024-02-04T17:02:51": datetime.datetime(2024, 2, 4, 17, 2, 51),
     "2024-02-04 17:02:51+01:00": datetime.datetime(
         2024, 2, 4, 17, 2, 51, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
     ),
     "2024-02-04T17Z": datetime.datetime(2024, 2, 4, 17, tzinfo=UTC),
-    "2024-W05-7": datetime.datetime(2024, 2, 4),
     "2024-02-04t17:02:51z": datetime.datetime(2024, 2, 4, 17, 2, 51, tzinfo=UTC),
 }
 KEPT_AS_TEXT = [
+    # ISO 8601 without a UTC offset: which instant it is is not known, so no datetime is made.
+    "2024-02-04",
+    "20240204",
+    "2024-02-04T17:02:51",
+    "2024-W05-7",
     "not a date",
     "",
     "2024-13-45",
@@ -320,6 +321,7 @@ def test_documented_timestamps_read_every_iso_form(text: str) -> None:
         assert isinstance(value, datetime.datetime)
         assert value == expected
         assert value.utcoffset() == expected.utcoffset()
+        assert value.tzinfo is not None  # comparable with every other one
 
 
 @pytest.mark.parametrize("text", KEPT_AS_TEXT)
@@ -378,6 +380,21 @@ def test_embedding_matrix() -> None:
     page.hits.append(broken)
     with pytest.raises(ValueError, match="'short' has 1 small3_512 values where others have 512"):
         page.embedding_matrix()
+
+
+def test_embedding_matrix_without_numpy_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tomllib
+
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'asyncsearch\[numpy\]'"):
+        page.embedding_matrix()
+    # ...and the extra it names exists, and installs numpy.
+    pyproject = tomllib.loads((SAMPLES.parent.parent / "pyproject.toml").read_text())
+    extra = pyproject["project"]["optional-dependencies"]["numpy"]
+    assert [spec for spec in extra if spec.startswith("numpy")]
 
 
 # -- to_dict / to_json ---------------------------------------------------------------------------

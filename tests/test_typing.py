@@ -29,6 +29,7 @@ from asyncsearch import (
     LeanSearchPage,
     SearchPage,
     APIResponse,
+    WaitTimeoutError,
 )
 
 
@@ -53,6 +54,21 @@ async def calls(client: AsyncSearchClient) -> None:
     async with client.search_hits("q", embeddings=False, max_items=5) as hits:
         async for hit in hits:
             print(hit.id)
+
+
+async def plain_values(client: AsyncSearchClient, flag: bool, ids: list[str]) -> None:
+    # A plain bool, not a literal: the page is either kind.
+    assert_type(await client.search("q", embeddings=flag), SearchPage | LeanSearchPage)
+    # Each result carries its id back with the type it was given.
+    results = await client.gather_extractions(ids)
+    assert_type(results[0].job_id, str)
+    async with client.iter_extractions(ids) as iterated:
+        async for result in iterated:
+            assert_type(result.job_id, str)
+    try:
+        await client.wait_for_extraction(ids[0], timeout=1)
+    except WaitTimeoutError as exc:
+        assert_type(exc.job, ExtractionJob | None)
 """
 
 BAD = """
