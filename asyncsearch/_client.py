@@ -16,6 +16,7 @@ from collections.abc import (
     Mapping,
 )
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -1143,10 +1144,10 @@ class AsyncSearchClient:
             fetch_received if pipelined else fetch_page,
             mode=mode,
             start_page=first,
-            page_items=_page_hits,
-            item_key=_hit_id,
-            has_more=_page_has_more,
-            page_total=_page_total,
+            page_items=attrgetter("hits"),
+            item_key=attrgetter("id"),
+            has_more=attrgetter("has_more"),
+            page_total=attrgetter("total"),
             replace_items=_replace_hits,
             max_pages=max_pages,
             max_items=max_items,
@@ -1392,24 +1393,6 @@ def _received_continues(received: _ReceivedPage) -> bool | None:
 
 def _decode_received(received: _ReceivedPage) -> SearchPage:
     return received.response.parse()
-
-
-def _page_hits(page: Any) -> list[Any]:
-    hits: list[Any] = page.hits
-    return hits
-
-
-def _hit_id(hit: Any) -> str:
-    hit_id: str = hit.id
-    return hit_id
-
-
-def _page_has_more(page: Any) -> bool:
-    return bool(page.has_more)
-
-
-def _page_total(page: Any) -> int:
-    return int(page.total)
 
 
 def _replace_hits(page: Any, hits: list[Any]) -> Any:

@@ -239,7 +239,7 @@ def fan_out(
     if controller is not None and not isinstance(controller, AdaptiveConcurrency):
         raise InvalidRequestError("controller must be an AdaptiveConcurrency or None")
     total = len(items) if isinstance(items, Sized) else None
-    return FanOut(
+    run = _FanOutRun(
         func,
         items,
         concurrency=concurrency,
@@ -248,6 +248,7 @@ def fan_out(
         total=total,
         controller=controller,
     )
+    return FanOut(run)
 
 
 class _FanOutRun(Generic[T, R]):
@@ -269,6 +270,7 @@ class _FanOutRun(Generic[T, R]):
         controller: AdaptiveConcurrency | None,
     ) -> None:
         self.func = func
+        self.concurrency = concurrency
         self.on_progress = on_progress
         self.total = total
         self.controller = controller
@@ -280,10 +282,10 @@ class _FanOutRun(Generic[T, R]):
         else:
             self.sync_source = iter(items)
         # One ticket per item started and not yet taken by the consumer: the bound on memory
-        # and, in ordered mode, the reorder window. (A plain counter: asyncio.Semaphore costs
-        # several times more per item, which shows at a million items.)
-        self.tickets = concurrency * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
-        self.ticket_waiters: deque[asyncio.Future[None]] = deque()
+        # and, in ordered mode, the reorder window.
+        self.tickets = asyncio.Semaphore(
+            concurrency * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
+        )
         # An async iterator must not be advanced by two workers at once.
         self.pull_lock = asyncio.Lock()
         self.changed = asyncio.Event()
@@ -329,16 +331,13 @@ class _FanOutRun(Generic[T, R]):
         controller = self.controller
         try:
             while not (self.closing or self.fatal is not None or self.source_ended):
-                while self.tickets <= 0:
-                    await self.wait_for_ticket()
-                self.tickets -= 1
+                await self.tickets.acquire()
                 pulled = self.pull_sync() if self.async_source is None else await self.pull_async()
                 if pulled is None:
-                    self.give_ticket()
+                    self.tickets.release()
                     return
                 index, item = pulled
-                # The synchronous fast path first: no coroutine to make when a slot is free.
-                if controller is not None and not controller._try_acquire():
+                if controller is not None:
                     await controller.acquire()
                 try:
                     outcome = Outcome(item, await func(item), None)
@@ -354,19 +353,6 @@ class _FanOutRun(Generic[T, R]):
             # what closes them after a bare `break`, where nobody awaits shutdown().
             if self.active == 0 and self.closing:
                 await self.close_source()
-
-    async def wait_for_ticket(self) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.ticket_waiters.append(waiter)
-        await waiter  # only cancelled when the fan-out stops, so a stale waiter is harmless
-
-    def give_ticket(self) -> None:
-        self.tickets += 1
-        while self.ticket_waiters:
-            waiter = self.ticket_waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     def pull_sync(self) -> tuple[int, T] | None:
         assert self.sync_source is not None
@@ -411,20 +397,14 @@ class _FanOutRun(Generic[T, R]):
             # What is kept is what the caller wants (say, only the value): the Outcome itself
             # is then freed at once, one object fewer per item for the garbage collector.
             gathered[index] = self.keep(outcome)
-            self.done += 1
             # Nobody to wake: _gather waits for the workers to end (worker_done wakes it).
-            if self.on_progress is not None:
-                try:
-                    self.on_progress(self.done, self.total)
-                except Exception as exc:
-                    self.fail(exc)
-            return
-        if self.ordered:
-            self.by_index[index] = outcome
         else:
-            self.ready.append(outcome)
+            if self.ordered:
+                self.by_index[index] = outcome
+            else:
+                self.ready.append(outcome)
+            self.changed.set()
         self.done += 1
-        self.changed.set()
         if self.on_progress is not None:
             try:
                 self.on_progress(self.done, self.total)
@@ -455,7 +435,7 @@ class _FanOutRun(Generic[T, R]):
             if not self.ready:
                 return None
             outcome = self.ready.popleft()
-        self.give_ticket()
+        self.tickets.release()
         return outcome
 
     async def close_source(self) -> None:
@@ -499,25 +479,9 @@ class FanOut(AsyncClosing, Generic[T, R]):
     an exception, cancellation, ``break``) cancels the calls in flight and starts no more.
     """
 
-    def __init__(
-        self,
-        func: Callable[[T], Awaitable[R]],
-        items: Iterable[T] | AsyncIterable[T],
-        *,
-        concurrency: int,
-        ordered: bool,
-        on_progress: Callable[[int, int | None], object] | None,
-        total: int | None,
-        controller: AdaptiveConcurrency | None,
-    ) -> None:
-        self._func = func
-        self._items = items
-        self._concurrency = concurrency
-        self._ordered = ordered
-        self._on_progress = on_progress
-        self._total = total
-        self._controller = controller
-        self._run: _FanOutRun[T, R] | None = None
+    def __init__(self, run: _FanOutRun[T, R]) -> None:
+        self._run = run
+        self._started = False
         self._finished = False
         self._running = False
 
@@ -530,8 +494,8 @@ class FanOut(AsyncClosing, Generic[T, R]):
         if self._running:
             raise RuntimeError("this fan-out is already being iterated by another task")
         run = self._run
-        if run is None:
-            run = self._run = self._start()
+        if not self._started:
+            self._start()
         self._running = True
         try:
             while True:
@@ -576,11 +540,12 @@ class FanOut(AsyncClosing, Generic[T, R]):
         bound on unconsumed outcomes (they are all kept). Raises what iterating would raise,
         after stopping the fan-out: a fatal error, the items' own error, a cancellation.
         """
-        if self._finished or self._run is not None:
+        if self._finished or self._started:
             raise RuntimeError("_gather() needs a fan-out that has not started")
         self._running = True
         try:
-            run = self._run = self._start(gathered=True)
+            run = self._run
+            self._start(gathered=True)
             if keep is not None:
                 run.keep = keep
             while True:
@@ -604,30 +569,22 @@ class FanOut(AsyncClosing, Generic[T, R]):
         finally:
             self._running = False
 
-    def _start(self, *, gathered: bool = False) -> _FanOutRun[T, R]:
+    def _start(self, *, gathered: bool = False) -> None:
         _require_asyncio()  # before any coroutine is made, so none is left never awaited
-        run = _FanOutRun(
-            self._func,
-            self._items,
-            concurrency=self._concurrency,
-            ordered=self._ordered,
-            on_progress=self._on_progress,
-            total=self._total,
-            controller=self._controller,
-        )
+        run = self._run
+        self._started = True
         if gathered:
-            run.gathered = [None] * (self._total or 0)
-            run.tickets = sys.maxsize  # every outcome is kept anyway: nothing to bound
-        workers = self._concurrency
-        if self._total is not None:
+            run.gathered = [None] * (run.total or 0)
+            run.tickets = asyncio.Semaphore(sys.maxsize)  # every outcome is kept: no bound
+        workers = run.concurrency
+        if run.total is not None:
             # No point in more workers than items; one still runs to find out the items are empty.
-            workers = max(1, min(workers, self._total))
+            workers = max(1, min(workers, run.total))
         run.start(workers)
-        return run
 
     async def _finish(self) -> None:
         self._finished = True
-        if self._run is not None:
+        if self._started:
             await self._run.shutdown()
 
     async def aclose(self) -> None:
@@ -637,7 +594,7 @@ class FanOut(AsyncClosing, Generic[T, R]):
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the workers.
         run = getattr(self, "_run", None)
-        if run is not None and not self._finished:
+        if run is not None and self._started and not self._finished:
             run.abandon()
 
 
@@ -762,17 +719,6 @@ class AdaptiveConcurrency:
         if until > self._paused_until:
             self._paused_until = until
 
-    def _try_acquire(self) -> bool:
-        """Take a slot without waiting if one is free, no pause is on and nobody is waiting."""
-        if self._in_flight >= self._limit or self._waiters:
-            return False
-        if self._paused_until:
-            if self._paused_until > time.monotonic():
-                return False
-            self._paused_until = 0.0  # over: no clock to read on later calls
-        self._in_flight += 1
-        return True
-
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
         try:
@@ -782,19 +728,22 @@ class AdaptiveConcurrency:
             # fast path nothing more than the loop look-up it already made.
             _require_asyncio()
             raise
+        woken = False
         while True:
             delay = self._paused_until - time.monotonic()
             if delay > 0:
                 # A pause extended meanwhile is seen when the loop checks again.
                 await asyncio.sleep(delay)
                 continue
-            if self._in_flight < self._limit:
+            # First come, first served: a newcomer does not take a slot from those in line.
+            if self._in_flight < self._limit and (woken or not self._waiters):
                 self._in_flight += 1
                 return
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
             try:
                 await waiter
+                woken = True
             except BaseException:
                 if waiter.done() and not waiter.cancelled():
                     # Woken but leaving: hand the wake-up on so that the slot is not lost.
@@ -812,9 +761,14 @@ class AdaptiveConcurrency:
         if self._waiters:
             self._wake()
 
-    def slot(self) -> _Slot:
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
         """An async context manager holding one slot: ``async with controller.slot(): ...``."""
-        return _Slot(self)
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
 
     def _wake(self) -> None:
         if not self._waiters:
@@ -831,26 +785,6 @@ class AdaptiveConcurrency:
             f"AdaptiveConcurrency(limit={self.limit}, in_flight={self._in_flight}, "
             f"minimum={self._minimum}, maximum={self._maximum})"
         )
-
-
-class _Slot:
-    """One slot of an ``AdaptiveConcurrency``, held for the body of ``async with``."""
-
-    __slots__ = ("_controller",)
-
-    def __init__(self, controller: AdaptiveConcurrency) -> None:
-        self._controller = controller
-
-    async def __aenter__(self) -> None:
-        await self._controller.acquire()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._controller.release()
 
 
 # --------------------------------------------------------------------------------------------

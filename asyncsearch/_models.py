@@ -87,7 +87,6 @@ __all__ = [
     "Thumbnail",
     "User",
     "WebhookLog",
-    "WebhookLogList",
     "WebhookLogSummary",
 ]
 

@@ -221,26 +221,18 @@ def _validate_int(name: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def _validate_str_list(name: str, value: object) -> list[str]:
+def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> list[Any]:
+    """A list of non-empty strings (``uuid.UUID`` taken as its string) or of integers."""
+    what = "strings" if kind is str else "integers"
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
-        raise InvalidRequestError(f"{name} must be a list of strings, got {value!r}")
-    out: list[str] = []
+        raise InvalidRequestError(f"{name} must be a list of {what}, got {value!r}")
+    out: list[Any] = []
     for i, item in enumerate(value):
-        if isinstance(item, uuid.UUID):
+        if kind is str and isinstance(item, uuid.UUID):
             item = str(item)
-        if not isinstance(item, str) or not item:
-            raise InvalidRequestError(f"{name}[{i}] must be a non-empty string, got {item!r}")
-        out.append(item)
-    return out
-
-
-def _validate_int_list(name: str, value: object) -> list[int]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
-        raise InvalidRequestError(f"{name} must be a list of integers, got {value!r}")
-    out: list[int] = []
-    for i, item in enumerate(value):
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise InvalidRequestError(f"{name}[{i}] must be an integer, got {item!r}")
+        if isinstance(item, bool) or not isinstance(item, kind) or item == "":
+            article = "a non-empty string" if kind is str else "an integer"
+            raise InvalidRequestError(f"{name}[{i}] must be {article}, got {item!r}")
         out.append(item)
     return out
 
@@ -294,11 +286,11 @@ def _normalize_filters(name: str, value: object) -> SearchFilters:
             continue
         label = f"{name}.{key}"
         if key == "color":
-            checked[key] = _validate_int_list(label, item)
+            checked[key] = _validate_list(label, item, int)
         elif key in ("created_after", "created_before"):
             checked[key] = _validate_timestamp(label, item)
         else:
-            checked[key] = _validate_str_list(label, item)
+            checked[key] = _validate_list(label, item, str)
     return SearchFilters(**checked)
 
 

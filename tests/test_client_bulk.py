@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -489,6 +490,24 @@ async def test_a_bulk_call_never_times_out_waiting_for_its_own_pool(
     assert [r.error for results in both for r in results] == [None] * 20
     assert server.max_in_flight <= 2
     assert len(server.seen) == 20
+
+
+async def test_a_bulk_call_keeps_no_more_in_flight_than_a_callers_session_pool(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    # aiohttp counts waiting for its own pool against `total`: more in flight than the
+    # connector's limit would only queue there and time out (the fourth wave would wait 0.9 s).
+    server = await serve(extract_handler(latency=0.3))
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2)) as session,
+        AsyncSearchClient(
+            API_KEY, base_url=server.base_url, session=session, timeout=0.6
+        ) as client,
+    ):
+        results = await client.gather_extractions(job_ids(8), concurrency=8)
+    assert [r.error for r in results] == [None] * 8
+    assert server.max_in_flight <= 2
+    assert len(server.seen) == 8
 
 
 @pytest.mark.parametrize("method", ["gather", "iter"])
