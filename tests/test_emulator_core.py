@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import aiohttp
 import pytest
 
 from asyncsearch.testing import ServiceEmulator, serve_forever
+from asyncsearch.testing._requests import MAX_BODY_DEPTH
 
 from .conftest import EMULATOR_KEY as KEY
 
@@ -405,6 +407,124 @@ async def test_malformed_json_is_a_400_bad_request(http: aiohttp.ClientSession, 
         assert response.status == 400
         body = await response.json()
     assert body["error"]["code"] == "bad_request"
+
+
+# Routes that read a JSON body: the search, and control routes decoding theirs the same way.
+BODY_ROUTES = [
+    "/v2/search",
+    "/_emulator/resources",
+    "/_emulator/faults",
+    "/_emulator/jobs/{job}/webhook-logs",
+]
+
+
+async def post_raw(
+    http: aiohttp.ClientSession, emu: ServiceEmulator, raw: bytes
+) -> list[tuple[str, int, str, dict[str, Any]]]:
+    """POST ``raw`` to every route of ``BODY_ROUTES``; return (route, status, type, body)."""
+    job = emu.jobs()[0]["id"]
+    answers = []
+    for route in BODY_ROUTES:
+        async with http.post(
+            route.format(job=job), data=raw, headers={"Content-Type": "application/json"}
+        ) as response:
+            body = await response.json() if response.content_type == "application/json" else {}
+            answers.append((route, response.status, response.content_type, body))
+    return answers
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b'{"text": "\xff\xfe"}', id="in-a-string"),
+        pytest.param(b'{"\xff": 1}', id="in-a-key"),
+        pytest.param(b'{"text": "caf\xc3"}', id="cut-short"),
+        pytest.param(b'{"text": "\xc0\xaf"}', id="overlong"),
+        pytest.param(b'{"text": "\xed\xa0\x80"}', id="encoded-surrogate"),
+        pytest.param(b'{"filters": {"kinds": ["\xe9t\xe9"]}}', id="latin-1-in-a-filter"),
+        pytest.param(b"\xff\xff", id="raw-bytes"),
+    ],
+)
+async def test_a_body_that_is_not_utf8_is_a_400_not_a_500(
+    http: aiohttp.ClientSession, emu: ServiceEmulator, raw: bytes
+) -> None:
+    for route, status, content_type, body in await post_raw(http, emu, raw):
+        assert (route, status, content_type) == (route, 400, "application/json")
+        assert body["error"]["code"] == "bad_request"
+        assert "UTF-8" in body["error"]["message"] or "JSON" in body["error"]["message"]
+    await search(http, {})  # still serving
+
+
+def nested_arrays(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def nested_objects(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(nested_arrays(1000), id="arrays"),
+        pytest.param(nested_objects(1000), id="objects"),
+        pytest.param('[{"a":' * 500 + "1" + "}]" * 500, id="arrays-and-objects"),
+        pytest.param(nested_arrays(100_000), id="arrays-100000"),
+        pytest.param(
+            '{"text": "invoice", "filters": {"a": DEEP}}'.replace("DEEP", nested_arrays(1000)),
+            id="in-an-unknown-filter",
+        ),
+        pytest.param(
+            '{"text": "invoice", "filters": {"kinds": DEEP}}'.replace("DEEP", nested_arrays(1000)),
+            id="in-kinds",
+        ),
+        pytest.param('{"queries": [DEEP]}'.replace("DEEP", nested_objects(1000)), id="in-queries"),
+        pytest.param(
+            '{"sort": {"field": "name", "x": DEEP}}'.replace("DEEP", nested_objects(1000)),
+            id="in-sort",
+        ),
+        # Shallow enough to decode, deep enough to break copying or encoding afterwards.
+        pytest.param(
+            '{"text": "invoice", "x": DEEP}'.replace("DEEP", nested_arrays(500)),
+            id="decodable-500",
+        ),
+        pytest.param(
+            '{"resource": {"data": {"attributes": {"document": {"structured": DEEP}}}}}'.replace(
+                "DEEP", nested_objects(500)
+            ),
+            id="decodable-500-in-a-resource",
+        ),
+    ],
+)
+async def test_a_body_nested_too_deep_is_a_400_not_a_500(
+    http: aiohttp.ClientSession, emu: ServiceEmulator, text: str
+) -> None:
+    for route, status, content_type, body in await post_raw(http, emu, text.encode()):
+        assert (route, status, content_type) == (route, 400, "application/json")
+        assert body["error"]["code"] == "bad_request"
+        assert str(MAX_BODY_DEPTH) in body["error"]["message"]
+    await search(http, {})  # still serving
+
+
+async def test_a_body_nested_exactly_as_deep_as_allowed_is_taken(
+    http: aiohttp.ClientSession,
+) -> None:
+    # Five levels of wrappers (body, resource, data, attributes, document) hold structured.
+    structured = json.loads(nested_objects(MAX_BODY_DEPTH - 5))
+    for extra, status in ((0, 201), (1, 400)):
+        value = [structured] if extra else structured
+        async with http.post(
+            "/_emulator/resources",
+            json={"resource": {"data": {"attributes": {"document": {"structured": value}}}}},
+        ) as response:
+            assert response.status == status, await response.text()
+            resource = await response.json()
+        if status == 201:
+            assert resource["data"]["attributes"]["document"]["structured"] == structured
+    for depth, status in ((MAX_BODY_DEPTH - 1, 200), (MAX_BODY_DEPTH, 400)):
+        raw = '{"text": "invoice", "x": DEEP}'.replace("DEEP", nested_arrays(depth)).encode()
+        async with http.post("/v2/search", data=raw) as response:
+            assert response.status == status, await response.text()
 
 
 async def test_an_empty_base_header_is_refused(http: aiohttp.ClientSession) -> None:

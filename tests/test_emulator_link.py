@@ -15,6 +15,7 @@ from asyncsearch.testing._linkpreview import SYNTHETIC_IMAGE_BASE, parse_preview
 from .conftest import EMULATOR_KEY as KEY
 
 ARTICLE = "https://www.example.org/articles/harbor-sunset"
+TIMEOUT = aiohttp.ClientTimeout(total=20)
 
 
 @pytest.fixture
@@ -191,16 +192,72 @@ async def test_link_preview_of_the_client_works_on_any_url(emu: ServiceEmulator)
         assert caught.value.status_code == 503
 
 
-async def test_every_url_the_strict_mode_previews_the_lenient_one_does() -> None:
-    url = "https://www.example.org/a page with spaces"
+@pytest.mark.parametrize(
+    "url",
+    [
+        # Every character class RFC 3986 allows unencoded, and a percent-encoded space.
+        "https://user:pw@www.example.org:8443/a%20page/(1);v=2!*'$,~_.-?q=a+b&c=d/e?f@g:h#top/x?y",
+        "http://[::1]:8080/x",
+        "http://[v1.fe]/x",
+        "HTTPS://WWW.EXAMPLE.ORG",
+    ],
+)
+async def test_every_url_the_strict_mode_previews_the_lenient_one_does(url: str) -> None:
     for strict in (False, True):
         async with (
             ServiceEmulator(api_key=KEY, strict=strict) as emulator,
-            aiohttp.ClientSession(emulator.base_url, headers={"X-Api-Key": KEY}) as session,
+            aiohttp.ClientSession(
+                emulator.base_url, headers={"X-Api-Key": KEY}, timeout=TIMEOUT
+            ) as session,
         ):
             assert (await preview(session, url=url))["url"] == url
             body = await preview(session, status=422, url="no-scheme/here")
             assert body["error"]["field"] == "url"
+
+
+@pytest.mark.parametrize(
+    ("url", "lenient_status"),
+    [
+        pytest.param("https://www.example.org/a page with spaces", 200, id="space-in-path"),
+        pytest.param("https://www.example.org/?q=a b", 200, id="space-in-query"),
+        pytest.param("https://exa mple.org/", 200, id="space-in-host"),
+        pytest.param("https://www.example.org/a\nb", 200, id="newline"),
+        pytest.param("https://www.example.org/a\n", 200, id="trailing-newline"),
+        pytest.param("https://www.example.org/a\rb", 200, id="carriage-return"),
+        pytest.param("https://www.example.org/a\tb", 200, id="tab"),
+        pytest.param("https://www.example.org/a\x00b", 200, id="nul"),
+        pytest.param("https://www.example.org/a\x1bb", 200, id="escape"),
+        pytest.param("https://www.example.org/a\x7fb", 200, id="delete"),
+        pytest.param("https://www.example.org/caf\u00e9", 200, id="non-ascii"),
+        pytest.param("https://www.example.org/\u2028", 200, id="line-separator"),
+        pytest.param('https://www.example.org/a"b<c>', 200, id="quote-and-angle-brackets"),
+        pytest.param(
+            "https://www.example.org/a{b}|c\\d^e`f", 200, id="braces-bar-backslash-caret-backtick"
+        ),
+        pytest.param("https://www.example.org/a[1]", 200, id="square-brackets-in-path"),
+        pytest.param("https://www.example.org/a%zz", 200, id="percent-not-hex"),
+        pytest.param("https://www.example.org/a%2", 200, id="percent-cut-short"),
+        pytest.param("https://www.example.org/a#b#c", 200, id="second-hash"),
+        # Refused by the lenient mode already (no scheme first); the strict one took them.
+        pytest.param(" https://www.example.org/", 422, id="leading-space"),
+        pytest.param("\nhttps://www.example.org/", 422, id="leading-newline"),
+    ],
+)
+async def test_a_url_that_is_no_rfc_3986_uri_is_refused_when_strict(
+    url: str, lenient_status: int
+) -> None:
+    for strict in (False, True):
+        async with (
+            ServiceEmulator(api_key=KEY, strict=strict) as emulator,
+            aiohttp.ClientSession(
+                emulator.base_url, headers={"X-Api-Key": KEY}, timeout=TIMEOUT
+            ) as session,
+        ):
+            body = await preview(session, status=422 if strict else lenient_status, url=url)
+        if strict or lenient_status == 422:
+            assert (body["error"]["code"], body["error"]["field"]) == ("validation_error", "url")
+        else:
+            assert body["url"] == url  # the lenient mode previews it as before
 
 
 @pytest.mark.parametrize(

@@ -163,8 +163,10 @@ All answers are JSON (``application/json``); success is always 200.
 
 ``GET /v2/link?url=&type=cache|link``
     ``url`` must be a URI: lenient, any ``scheme:...`` (``ftp:``, ``mailto:``, ``urn:``);
-    strict, an absolute http(s) URL. A URL not registered with ``add_page`` gets a synthetic
-    preview derived from the URL alone, the same every time and never stored: ``title`` from
+    strict, an absolute http(s) URL written as RFC 3986 allows: no space, no control or
+    non-ASCII character, no other character it does not allow unencoded, and ``%`` only before
+    two hex digits. A URL not registered with ``add_page`` gets a synthetic preview derived
+    from the URL alone, the same every time and never stored: ``title`` from
     the last path segment's words (else the host, else the URL), ``siteName`` the host without
     ``www.``, ``description`` "<title>, on <host>.", ``image`` a 1200 x 630 PNG at
     ``https://cdn.example.com/link-previews/<hash>.png``, ``favicon`` ``/favicon.ico`` of an
@@ -193,7 +195,8 @@ Every non-2xx answer has one body shape::
 ``field`` names the offending body field as a path (``filters.color[0]``,
 ``queries[1].text``), query or path parameter (``format``, ``jobId``) or header, else null.
 
-- 400 ``bad_request``: an empty body or malformed JSON.
+- 400 ``bad_request``: an empty body, malformed JSON, a body that is not UTF-8, or one nesting
+  arrays and objects more than 128 levels deep (``_requests.MAX_BODY_DEPTH``).
 - 401 ``unauthorized``: ``X-Api-Key`` missing or wrong (compared in constant time).
 - 404 ``not_found``: unknown job, log, resourceId or route.
 - 405 ``method_not_allowed`` (with ``Allow``).
@@ -211,7 +214,7 @@ Every non-2xx answer has one body shape::
   ``type``, a ``url`` that is not a URI, an empty ``X-Service-Base-Id``. Strict only: an
   unknown field or query parameter, page below ``first_page``, pageSize outside 1-100, an
   unknown ``sort`` value, an empty ``queries`` element, a filter date without a time, a
-  ``url`` that is not absolute http(s).
+  ``url`` that is not an absolute http(s) URI as RFC 3986 writes one.
 - Injected faults: 429 ``rate_limited``, 500 ``internal_error``, 503 ``service_unavailable``
   (other scripted statuses get ``"error"`` or their usual code).
 

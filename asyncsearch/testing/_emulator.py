@@ -22,7 +22,13 @@ from . import _search
 from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
 from ._faults import ENDPOINTS, FaultDecision, Faults
 from ._linkpreview import parse_preview, synthetic_preview
-from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
+from ._requests import (
+    MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
+    check_uuid,
+    nests_deeper_than,
+    parse_search,
+)
 from ._seed import seed_base, seed_pages
 from ._store import JobRecord, Store, Workspace, normalize_page_url, random_uuid, stable_uuid
 
@@ -42,6 +48,26 @@ BASE_HEADER = "X-Service-Base-Id"
 # RFC 3986: a URI starts with a scheme and a colon (the rest is not checked, so the lenient
 # mode accepts every URL the strict mode does).
 _URI_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:", re.ASCII)
+# RFC 3986 (appendix A) for a URI with an authority: "scheme://", [userinfo "@"] host
+# [":" port], a path of "/" segments, ["?" query], ["#" fragment]. Each part allows its own
+# characters or a "%" and two hex digits, and "[" "]" only around an IP literal host: no
+# space, control character, non-ASCII character or other character left unencoded.
+_PCT = r"%[0-9A-Fa-f]{2}"
+_UNRESERVED_SUB_DELIMS = r"-A-Za-z0-9._~!$&'()*+,;="  # "-" first, to be no range
+_PCHAR = rf"(?:[{_UNRESERVED_SUB_DELIMS}:@]|{_PCT})"
+_URI_WITH_AUTHORITY_RE = re.compile(
+    rf"""
+    [A-Za-z][A-Za-z0-9+.-]*://
+    (?:(?:[{_UNRESERVED_SUB_DELIMS}:]|{_PCT})*@)?
+    (?:\[(?:[0-9A-Fa-f:.]+|v[0-9A-Fa-f]+\.[{_UNRESERVED_SUB_DELIMS}:]+)\]
+      |(?:[{_UNRESERVED_SUB_DELIMS}]|{_PCT})*)
+    (?::[0-9]*)?
+    (?:/{_PCHAR}*)*
+    (?:\?(?:{_PCHAR}|[/?])*)?
+    (?:\#(?:{_PCHAR}|[/?])*)?
+    """,
+    re.ASCII | re.VERBOSE,
+)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -555,9 +581,26 @@ class ServiceEmulator:
         if not raw.strip():
             raise EmulatorHTTPError(400, "the request body is empty; send a JSON object")
         try:
-            return msgspec.json.decode(raw)
+            body = msgspec.json.decode(raw)
+        except UnicodeDecodeError as exc:
+            # msgspec reports bad UTF-8 inside a string this way, not as a DecodeError.
+            bad = exc.object[exc.start]
+            raise EmulatorHTTPError(
+                400, f"the request body is not valid UTF-8 ({exc.reason}: byte {bad:#04x})"
+            ) from None
         except msgspec.DecodeError as exc:
             raise EmulatorHTTPError(400, f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise _too_deep() from None
+        # Decoding fails only where the stack runs out, a depth that varies with the Python
+        # version and the caller, and a body just short of it would exhaust the stack later
+        # (copied or encoded): a fixed cap instead. Fewer brackets than the cap cannot nest
+        # past it, which spares the walk for nearly every body.
+        if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and nests_deeper_than(
+            body, MAX_BODY_DEPTH
+        ):
+            raise _too_deep()
+        return body
 
     # --------------------------------------------------------- service handlers
 
@@ -623,6 +666,14 @@ class ServiceEmulator:
         if self.strict:
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise validation_error("url must be an absolute http(s) URI", "url")
+            # urlsplit drops tabs and newlines, strips leading spaces and control characters
+            # and lets any other character through; fullmatch, as "$" allows a final newline.
+            if not _URI_WITH_AUTHORITY_RE.fullmatch(url):
+                raise validation_error(
+                    "url must be an RFC 3986 URI: percent-encode spaces, control characters, "
+                    "non-ASCII characters and other characters it does not allow",
+                    "url",
+                )
         elif not _URI_SCHEME_RE.match(url):
             # The spec fixes "URI format": a scheme is required, any scheme will do.
             raise validation_error("url must be an absolute URI (scheme:...)", "url")
@@ -878,6 +929,12 @@ async def serve_forever(
         if on_ready is not None:
             on_ready(emulator)
         await asyncio.Event().wait()
+
+
+def _too_deep() -> EmulatorHTTPError:
+    return EmulatorHTTPError(
+        400, f"the request body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"
+    )
 
 
 def _too_large() -> EmulatorHTTPError:

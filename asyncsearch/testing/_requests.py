@@ -32,11 +32,13 @@ from ._store import UUID_RE
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "MAX_BODY_DEPTH",
     "MAX_BODY_QUERIES",
     "MAX_FILTER_VALUES",
     "MAX_IMAGE_LENGTH",
     "MAX_TEXT_LENGTH",
     "check_uuid",
+    "nests_deeper_than",
     "parse_search",
 ]
 
@@ -93,6 +95,37 @@ def _largest_body_bytes() -> int:
 
 #: The emulator's body cap (413 beyond it): 16,869,605 bytes (about 16.1 MiB).
 MAX_BODY_BYTES = _largest_body_bytes()
+
+#: The deepest nesting of arrays and objects a body may have (400 beyond it). A search body
+#: needs 5 (body, queries, element, filters, kinds); the control endpoints take free-form
+#: JSON (``structured``, ``requestPayload``), so the cap is serde_json's default, well below
+#: the depth at which decoding, copying or encoding a value would exhaust Python's stack.
+MAX_BODY_DEPTH = 128
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Return True when decoded JSON nests arrays and objects more than ``limit`` levels deep.
+
+    Walks level by level, not by recursion, so that any depth the decoder allowed is measured
+    without exhausting Python's stack.
+    """
+    # Exact types (JSON decodes to dict and list, never subclasses) in a plain loop: a body at
+    # the size cap may hold millions of small arrays, and this keeps the walk quicker than
+    # decoding them was.
+    level: list[Any] = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                if type(child) is dict or type(child) is list:
+                    below.append(child)
+        level = below
+    return False
+
 
 _TOP_FIELDS = frozenset(
     {
