@@ -81,6 +81,23 @@ class AsyncSearchError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle (multiprocessing, Ray) would remake an error as cls(*args), which fails for
+        # every class with keyword-only arguments: rebuild it from its args and attributes.
+        state = dict(self.__dict__)
+        headers = state.get("headers")
+        if headers is not None and not isinstance(headers, dict):
+            state["headers"] = dict(headers.items())  # aiohttp's read-only view does not pickle
+        return (_rebuild, (type(self), self.args, state))
+
+
+def _rebuild(cls: type[AsyncSearchError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """Unpickle an error without calling its ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class APIConnectionError(AsyncSearchError):
     """No usable HTTP answer: the connection was refused, reset or cut, or TLS failed.

@@ -495,17 +495,25 @@ async def test_a_bulk_call_never_times_out_waiting_for_its_own_pool(
 async def test_a_bulk_call_keeps_no_more_in_flight_than_a_callers_session_pool(
     serve: Serve, no_backoff: list[float]
 ) -> None:
-    # aiohttp counts waiting for its own pool against `total`: more in flight than the
-    # connector's limit would only queue there and time out (the fourth wave would wait 0.9 s).
-    server = await serve(extract_handler(latency=0.3))
+    # aiohttp counts waiting for its own pool against `total`: a bulk call must not queue there.
+    queued = 0
+
+    async def on_queued(*args: object) -> None:
+        nonlocal queued
+        queued += 1
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_connection_queued_start.append(on_queued)
+    server = await serve(extract_handler(latency=0.05))
     async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2)) as session,
-        AsyncSearchClient(
-            API_KEY, base_url=server.base_url, session=session, timeout=0.6
-        ) as client,
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=2), trace_configs=[tracing]
+        ) as session,
+        AsyncSearchClient(API_KEY, base_url=server.base_url, session=session) as client,
     ):
         results = await client.gather_extractions(job_ids(8), concurrency=8)
     assert [r.error for r in results] == [None] * 8
+    assert queued == 0  # never more requests at once than the connector's limit
     assert server.max_in_flight <= 2
     assert len(server.seen) == 8
 
