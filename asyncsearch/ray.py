@@ -9,29 +9,41 @@
   with the columns ``job_id``, ``state``, ``extraction`` (JSON text) and ``error``. Every id
   comes back exactly once; a failed id is a row with an error, never a failed batch.
 - ``read_search(...)``: a search as a ``Dataset`` of hits with the columns ``id``, ``name``,
-  ``score`` and the embeddings as fixed-shape float32 tensor columns ``small3_512`` (512) and
-  ``clip2`` (768), made from each page's ``SearchPage.embedding_matrix``.
+  ``score`` and the embeddings as fixed-shape float32 tensor columns ``small3_512`` and
+  ``clip2``, made from each page's ``SearchPage.embedding_matrix``. The spec gives no widths:
+  each column is as wide as the first vector of its name in the search (or as the caller's
+  ``embedding_widths``), and a vector of another width fails the read with a
+  ``ResponseValidationError``.
 - ``unwritten_job_ids(ids, path)``: the ids of a dataset that an earlier run has not written yet
-  (``write_parquet``/``write_json``), to resume an export.
+  (``write_parquet``/``write_json``), to resume an export; ``retry_failed`` and
+  ``refetch_in_progress`` also give back the ids written only with an error or in a state of
+  ``IN_PROGRESS_JOB_STATES``, and take their rows out of the output, so that the resumed export
+  leaves every id in it exactly once.
 
 Actors of ``FetchExtractions`` mostly wait on the network: ask for a fraction of a CPU
 (``num_cpus=0.25``), or on a small machine the actors take every CPU and the task that reads
 the ids waits for them forever.
+
+Errors of the SDK that a Ray task raises reach the driver as themselves (this module makes them
+picklable), so ``except ResponseValidationError`` catches a failed ``read_search``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import uuid
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, TypeVar, Unpack, get_args
 
 import anyio
 import msgspec
 
 from asyncsearch import (
+    IN_PROGRESS_JOB_STATES,
     AsyncSearchClient,
     ExtractionFormat,
     InvalidRequestError,
@@ -48,6 +60,7 @@ try:
     import numpy as np
     import pyarrow as pa
     import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
     import ray
     import ray.data
     from ray.data.extensions import ArrowTensorArray
@@ -58,7 +71,6 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     ) from exc
 
 __all__ = [
-    "EMBEDDING_DIMENSIONS",
     "EXTRACTION_SCHEMA",
     "ClientOptions",
     "FetchExtractions",
@@ -66,11 +78,13 @@ __all__ = [
     "unwritten_job_ids",
 ]
 
-#: The embedding columns of ``read_search`` and their fixed number of float32 values per hit.
-EMBEDDING_DIMENSIONS: Mapping[Literal["small3_512", "clip2"], int] = {
-    "small3_512": 512,
-    "clip2": 768,
-}
+#: The names of the embeddings of a hit, in the order of ``read_search``'s columns.
+_EmbeddingName = Literal["small3_512", "clip2"]
+_EMBEDDING_NAMES: tuple[_EmbeddingName, ...] = get_args(_EmbeddingName)
+
+#: The most hits ``read_search`` holds back while it does not know an embedding's width yet
+#: (no hit so far had that vector): about 2 to 5 kB each. Past it, such a column gets width 0.
+_MAX_HELD_HITS = 10_000
 
 #: The environment variables ``AsyncSearchClient`` reads its key and URL from (README: they are
 #: part of the public contract; this edge module uses only the public API, so names them here).
@@ -122,6 +136,11 @@ async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
     if task is not None:
         task.set_name(name)
     return await coroutine
+
+
+# ---------------------------------------------------------------------------------------------
+# SDK errors across processes
+# ---------------------------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,58 +312,165 @@ def _error_text(error: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _hit_schema() -> Any:
+def _hit_schema(widths: Mapping[_EmbeddingName, int]) -> Any:
     return pa.schema(
         [
             pa.field("id", pa.string()),
             pa.field("name", pa.string()),
             pa.field("score", pa.float64()),
             *(
-                pa.field(name, ArrowTensorArray.from_numpy(np.zeros((1, dim), np.float32)).type)
-                for name, dim in EMBEDDING_DIMENSIONS.items()
+                pa.field(
+                    name,
+                    ArrowTensorArray.from_numpy(np.zeros((1, widths[name]), np.float32)).type,
+                )
+                for name in _EMBEDDING_NAMES
             ),
         ]
     )
 
 
-def _embedding_column(page: SearchPage, name: Literal["small3_512", "clip2"], dim: int) -> Any:
-    try:
-        matrix = page.embedding_matrix(name)
-    except ValueError as exc:
-        raise ResponseValidationError(
-            f"the hits' {name} embeddings disagree on their size: {exc}",
-            path=f"$.hits[*].embeddings.{name}",
-            body=b"",
-        ) from None
-    if matrix.shape[1] == 0:  # no hit of the page has this embedding: NaN rows, as for one hit
-        matrix = np.full((len(page.hits), dim), np.nan, dtype=np.float32)
-    elif matrix.shape[1] != dim:
-        raise ResponseValidationError(
-            f"the hits' {name} embeddings have {matrix.shape[1]} values where {dim} are expected",
-            path=f"$.hits[*].embeddings.{name}",
-            body=b"",
+def _vector(hit: Any, name: _EmbeddingName) -> list[float]:
+    vector: list[float] = getattr(hit.embeddings, name) if hit.embeddings else []
+    return vector
+
+
+@dataclass
+class _HeldPage:
+    """A page of hits made into columns, kept until every embedding's width is known."""
+
+    ids: list[str]
+    names: list[str | None]
+    scores: list[float | None]
+    #: Per embedding, the page's float32 matrix, or None when no hit of the page has one.
+    matrices: dict[_EmbeddingName, Any]
+
+
+@dataclass
+class _HitTables:
+    """Pages of hits as pyarrow Tables whose embedding columns keep one width all along.
+
+    The spec gives no widths: a column's width is that of the first vector of its name in the
+    walk, or the one ``widths`` gives. Pages come out in order, one Table each, as soon as every
+    width is known; until then they are held back (as numpy columns, not as decoded pages), but
+    never more than ``max_held_hits`` hits: past that, and at the end of the walk, a column no
+    hit had yet gets width 0. A vector of another width is a ``ResponseValidationError``.
+    """
+
+    widths: dict[_EmbeddingName, int | None]
+    max_held_hits: int = _MAX_HELD_HITS
+    #: Where each known width came from, for the error when a vector disagrees with it.
+    origins: dict[_EmbeddingName, str] = field(default_factory=dict)
+    #: The columns that got width 0 because no hit had them (and not from ``widths``).
+    settled: set[_EmbeddingName] = field(default_factory=set)
+    held: list[_HeldPage] = field(default_factory=list)
+    held_hits: int = 0
+    walked_hits: int = 0
+
+    @classmethod
+    def given(cls, widths: Mapping[_EmbeddingName, int], max_held_hits: int) -> _HitTables:
+        tables = cls({name: widths.get(name) for name in _EMBEDDING_NAMES}, max_held_hits)
+        tables.origins = dict.fromkeys(widths, "as embedding_widths gives")
+        return tables
+
+    def add(self, page: SearchPage) -> list[Any]:
+        """The Tables ready once ``page`` (a page with hits) is walked, in order."""
+        hits = page.hits
+        self.held.append(
+            _HeldPage(
+                [hit.id for hit in hits],
+                [hit.name for hit in hits],
+                [hit.score for hit in hits],
+                {name: self._matrix(page, name) for name in _EMBEDDING_NAMES},
+            )
         )
-    return ArrowTensorArray.from_numpy(matrix)
+        self.held_hits += len(hits)
+        self.walked_hits += len(hits)
+        if self.held_hits >= self.max_held_hits:
+            self._settle(f"no hit among the first {self.walked_hits} had one")
+        return self._release()
 
+    def finish(self) -> list[Any]:
+        """The Tables still held back once the walk has ended."""
+        self._settle("no hit of the search had one")
+        return self._release()
 
-def _hits_table(page: SearchPage) -> Any:
-    """One page of hits as a pyarrow Table: id, name, score and the two tensor columns."""
-    hits = page.hits
-    columns = [
-        pa.array([hit.id for hit in hits], pa.string()),
-        pa.array([hit.name for hit in hits], pa.string()),
-        pa.array([hit.score for hit in hits], pa.float64()),
-        *(_embedding_column(page, name, dim) for name, dim in EMBEDDING_DIMENSIONS.items()),
-    ]
-    return pa.Table.from_arrays(columns, schema=_hit_schema())
+    def _matrix(self, page: SearchPage, name: _EmbeddingName) -> Any:
+        path = f"$.hits[*].embeddings.{name}"
+        try:
+            matrix = page.embedding_matrix(name)
+        except ValueError as exc:
+            raise ResponseValidationError(
+                f"the hits' {name} embeddings disagree on their size: {exc}", path=path, body=b""
+            ) from None
+        width: int = matrix.shape[1]
+        if width == 0:  # no hit of the page has this embedding
+            return None
+        first = next(hit.id for hit in page.hits if _vector(hit, name))
+        expected = self.widths[name]
+        if expected is None:
+            self.widths[name] = width
+            self.origins[name] = f"the width of hit {first!r}, the first with one"
+        elif width != expected:
+            hint = ""
+            if name in self.settled:
+                hint = f": pass embedding_widths={{{name!r}: {width}}} to read_search"
+            raise ResponseValidationError(
+                f"hit {first!r} has {width} {name} values, where this search's {name} column"
+                f" has {expected} ({self.origins[name]}){hint}",
+                path=path,
+                body=b"",
+            )
+        return matrix
+
+    def _settle(self, reason: str) -> None:
+        for name in _EMBEDDING_NAMES:
+            if self.widths[name] is None:
+                self.widths[name] = 0
+                self.origins[name] = f"{reason}, so it got 0"
+                self.settled.add(name)
+
+    def _release(self) -> list[Any]:
+        widths = {name: width for name, width in self.widths.items() if width is not None}
+        if len(widths) < len(_EMBEDDING_NAMES):
+            return []
+        schema = _hit_schema(widths)
+        tables = [self._table(page, widths, schema) for page in self.held]
+        self.held.clear()
+        self.held_hits = 0
+        return tables
+
+    @staticmethod
+    def _table(page: _HeldPage, widths: Mapping[_EmbeddingName, int], schema: Any) -> Any:
+        embeddings = []
+        for name in _EMBEDDING_NAMES:
+            matrix = page.matrices[name]
+            if matrix is None:  # no hit of the page has it: NaN rows, as for one hit without
+                matrix = np.full((len(page.ids), widths[name]), np.nan, dtype=np.float32)
+            embeddings.append(ArrowTensorArray.from_numpy(matrix))
+        columns = [
+            pa.array(page.ids, pa.string()),
+            pa.array(page.names, pa.string()),
+            pa.array(page.scores, pa.float64()),
+            *embeddings,
+        ]
+        return pa.Table.from_arrays(columns, schema=schema)
 
 
 class _SearchWalk:
     """The read step of ``read_search``: walks the search's pages, one block per page."""
 
-    def __init__(self, client_arguments: dict[str, Any], pages_arguments: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        client_arguments: dict[str, Any],
+        pages_arguments: dict[str, Any],
+        *,
+        embedding_widths: Mapping[_EmbeddingName, int] | None = None,
+        max_held_hits: int = _MAX_HELD_HITS,
+    ) -> None:
         self._client_arguments = client_arguments
         self._pages_arguments = pages_arguments
+        self._embedding_widths = dict(embedding_widths or {})
+        self._max_held_hits = max_held_hits
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The walk runs on its own event loop in a thread of this worker, so that the pager's
@@ -364,6 +490,7 @@ class _SearchWalk:
             client = AsyncSearchClient(**self._client_arguments)
             return client, client.search_pages(**self._pages_arguments)
 
+        tables = _HitTables.given(self._embedding_widths, self._max_held_hits)
         try:
             client, pager = run(start())
             try:
@@ -371,9 +498,10 @@ class _SearchWalk:
                     try:
                         page = run(pager.__anext__())
                     except StopAsyncIteration:
-                        return
+                        break
                     if page.hits:
-                        yield _hits_table(page)
+                        yield from tables.add(page)
+                yield from tables.finish()
             finally:
                 try:
                     run(pager.aclose())
@@ -399,6 +527,7 @@ def read_search(
     start_page: int | None = None,
     max_pages: int | None = None,
     dedupe: bool = False,
+    embedding_widths: Mapping[_EmbeddingName, int] | None = None,
     api_key: str | None = None,
     base_url: str | None = None,
     ray_remote_args: Mapping[str, Any] | None = None,
@@ -409,8 +538,16 @@ def read_search(
     Takes the arguments of ``search_pages`` (those of ``search`` except ``page``; the walk ends
     as ``search_pages`` says) and the client options. The columns are ``id``, ``name``,
     ``score`` (null where the service sent none), and ``small3_512`` and ``clip2``: fixed-shape
-    float32 tensors of 512 and 768 values (a row of NaN for a hit without that embedding),
-    made from each page's ``SearchPage.embedding_matrix`` without a Python list per hit.
+    float32 tensors (a row of NaN for a hit without that embedding), made from each page's
+    ``SearchPage.embedding_matrix`` without a Python list per hit.
+
+    The spec gives no widths for the embeddings, so each column is as wide as the first vector
+    of its name in the search; a hit whose vector has another width fails the read with a
+    ``ResponseValidationError`` (never a column of mixed or cut vectors). Pages before that
+    first vector are held back in the read task until it comes, up to 10,000 hits; if none of
+    those hits (or none of the search) has that embedding, its column has width 0, and a vector
+    coming later is the error. ``embedding_widths`` (e.g. ``{"clip2": 768}``) fixes the width
+    of a column instead, so nothing is held back for it, and checks every vector against it.
 
     Arguments and options are checked now, before anything is sent; ``api_key`` and
     ``base_url`` fall back to the environment of this (the driver's) process. The pages are
@@ -421,6 +558,7 @@ def read_search(
     Raises ``InvalidRequestError``/``ConfigurationError`` for bad arguments; a failing search
     fails the dataset's execution with the SDK's typed error.
     """
+    widths = _check_embedding_widths(embedding_widths)
     # The key and URL are resolved in this process, so the read task needs no environment.
     client_arguments: dict[str, Any] = {
         **options,
@@ -446,11 +584,35 @@ def read_search(
     }
     probe.search_pages(**pages_arguments)  # validates every argument now
     return ray.data.from_items([{"walk": 0}]).map_batches(
-        _SearchWalk(client_arguments, pages_arguments),
+        _SearchWalk(client_arguments, pages_arguments, embedding_widths=widths),
         batch_size=1,
         batch_format="pyarrow",
         **dict(ray_remote_args or {}),
     )
+
+
+def _check_embedding_widths(
+    widths: Mapping[_EmbeddingName, int] | None,
+) -> dict[_EmbeddingName, int]:
+    if widths is None:
+        return {}
+    if not isinstance(widths, Mapping):
+        raise InvalidRequestError(
+            f"embedding_widths must be a mapping or None, got {type(widths).__name__}"
+        )
+    checked: dict[_EmbeddingName, int] = {}
+    for name, width in widths.items():
+        if name not in _EMBEDDING_NAMES:
+            names = ", ".join(_EMBEDDING_NAMES)
+            raise InvalidRequestError(
+                f"embedding_widths takes the embeddings {names}, got {name!r}"
+            )
+        if not isinstance(width, int) or isinstance(width, bool) or width < 0:
+            raise InvalidRequestError(
+                f"embedding_widths[{name!r}] must be an integer >= 0, got {width!r}"
+            )
+        checked[name] = width
+    return checked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,19 +626,51 @@ def unwritten_job_ids(
     *,
     format: Literal["parquet", "json"] = "parquet",
     retry_failed: bool = False,
+    refetch_in_progress: bool = False,
 ) -> Any:
     """The rows of ``ids`` (a Dataset with a ``job_id`` column) whose id is not yet written.
 
     ``written`` is the output of earlier runs of ``FetchExtractions`` (a directory or files
     written by ``write_parquet`` or ``write_json``, as local paths or URIs such as ``s3://...``;
-    a path with nothing there yet means nothing is written). With ``retry_failed`` the ids
-    written only with an error count as not written, so they are fetched again. The written
-    ids are collected on the driver (a set of strings: about 100 bytes an id) and the filter
-    runs on the cluster.
+    a path with nothing there yet means nothing is written). An id is written once it has a
+    final row there. By default every row is final; two options make some rows worth fetching
+    again, so that their ids come back:
+
+    - ``retry_failed``: a row with an error (a 404, an exhausted retry, a bad id, ...).
+    - ``refetch_in_progress``: a row without an error whose ``state`` is one of
+      ``asyncsearch.IN_PROGRESS_JOB_STATES`` (``pending``, ``processing``): a job that had not
+      finished when it was fetched. Any other state is final, whatever it is, one the SDK does
+      not know included: the spec names only ``pending`` and never says which states are final.
+
+    With either option, the rows to be fetched again are taken out of ``written`` now, so that
+    after the export writes those ids again the output holds every id exactly once, for any
+    reader. Each file that holds such a row is rewritten without it (to a hidden file first,
+    which readers skip, then moved over the original; a file left with no rows is deleted),
+    from the driver. Until the export has written them, those ids are simply not written: a run
+    stopped in between loses nothing, and the next resume fetches them even without the option.
+    Only rows of ids that are in ``ids`` are taken out (``ids`` is read once more to find them,
+    only when there are any), along with the rows that are stale because the same id also has a
+    final row (as an earlier version of this function left them). The written ids are collected
+    on the driver (a set of strings: about 100 bytes an id) and the filter runs on the cluster.
     """
     if format not in ("parquet", "json"):
         raise InvalidRequestError(f"format must be 'parquet' or 'json', got {format!r}")
-    done = _written_ids(written, format=format, retry_failed=retry_failed)
+
+    def again(error: object, state: object) -> bool:
+        if error is not None:
+            return retry_failed
+        return refetch_in_progress and state in IN_PROGRESS_JOB_STATES
+
+    output = _read_written(
+        written, format=format, fetch_again=again, with_state=refetch_in_progress
+    )
+    if output.again:
+        stale = output.again.keys() & output.final
+        wanted = output.again.keys() - output.final
+        drop = stale | (_ids_among(ids, wanted) if wanted else set())
+        for path in sorted({path for job_id in drop for path in output.again[job_id]}):
+            _drop_rows(output.filesystem, path, format=format, drop=drop, fetch_again=again)
+    done = output.final
     if not done:
         return ids
 
@@ -486,28 +680,134 @@ def unwritten_job_ids(
     return ids.map_batches(keep, batch_format="pyarrow")
 
 
-def _written_ids(
-    written: str | Sequence[str], *, format: Literal["parquet", "json"], retry_failed: bool
-) -> set[str]:
+@dataclass
+class _Written:
+    """The ids an earlier export wrote, by whether a row of theirs is final."""
+
+    filesystem: Any = None
+    #: The ids with a final row.
+    final: set[str] = field(default_factory=set)
+    #: The ids with a row to fetch again, each with the files that hold such a row of it.
+    again: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _read_written(
+    written: str | Sequence[str],
+    *,
+    format: Literal["parquet", "json"],
+    fetch_again: Callable[[object, object], bool],
+    with_state: bool,
+) -> _Written:
     paths = [written] if isinstance(written, str) else list(written)
     paths = [p for p in paths if _has_output(p)]
+    output = _Written()
     if not paths:
-        return set()
-    dataset = ray.data.read_parquet(paths) if format == "parquet" else ray.data.read_json(paths)
-    dataset = dataset.select_columns(["job_id", "error"])
-    done: set[str] = set()
-    failed: set[str] = set()
+        return output
+    # The paths Ray gives back (include_paths) are paths of the filesystem the first one names.
+    if "://" in paths[0]:
+        output.filesystem = pafs.FileSystem.from_uri(paths[0])[0]
+    else:
+        output.filesystem = pafs.LocalFileSystem()
+    read = ray.data.read_parquet if format == "parquet" else ray.data.read_json
+    dataset = read(paths, include_paths=True)
+    # The state is read only when it matters: an output without one still reads as before.
+    columns = ["job_id", "error", "path", *(["state"] if with_state else [])]
+    dataset = dataset.select_columns(columns)
     batches: Iterable[Any] = dataset.iter_batches(batch_format="pyarrow", batch_size=65536)
     for batch in batches:
-        for job_id, error in zip(
-            batch["job_id"].to_pylist(), batch["error"].to_pylist(), strict=True
+        states = batch["state"].to_pylist() if with_state else [None] * batch.num_rows
+        for job_id, error, state, path in zip(
+            batch["job_id"].to_pylist(),
+            batch["error"].to_pylist(),
+            states,
+            batch["path"].to_pylist(),
+            strict=True,
         ):
             if job_id is None:
                 continue
-            (failed if error is not None else done).add(job_id)
-    if retry_failed:
-        return done
-    return done | failed
+            if fetch_again(error, state):
+                output.again.setdefault(job_id, set()).add(path)
+            else:
+                output.final.add(job_id)
+    return output
+
+
+def _ids_among(ids: Any, wanted: set[str]) -> set[str]:
+    """The ids of ``wanted`` that the Dataset ``ids`` holds (found on the cluster)."""
+
+    def pick(batch: Any) -> Any:
+        mask = pa.array([i in wanted for i in batch["job_id"].to_pylist()], pa.bool_())
+        return batch.select(["job_id"]).filter(mask)
+
+    found: set[str] = set()
+    batches: Iterable[Any] = ids.map_batches(pick, batch_format="pyarrow").iter_batches(
+        batch_format="pyarrow", batch_size=65536
+    )
+    for batch in batches:
+        found.update(batch["job_id"].to_pylist())
+    return found
+
+
+def _drop_rows(
+    filesystem: Any,
+    path: str,
+    *,
+    format: Literal["parquet", "json"],
+    drop: set[str],
+    fetch_again: Callable[[object, object], bool],
+) -> None:
+    """Rewrite the file ``path`` without its rows to fetch again whose id is in ``drop``.
+
+    The rest is written to a hidden file beside it (Ray's readers skip names that start with a
+    dot) and moved over it, so a reader or a stopped run sees either the old file or the new
+    one; a file left with no rows is deleted.
+    """
+
+    def dropped(row: Mapping[str, Any]) -> bool:
+        return row.get("job_id") in drop and fetch_again(row.get("error"), row.get("state"))
+
+    folder, _, name = path.rpartition("/")
+    # The name ends as the original's does, so that compression="detect" picks the same codec.
+    temporary = f".asyncsearch-{uuid.uuid4().hex}-{name}"
+    if folder:
+        temporary = f"{folder}/{temporary}"
+    if format == "parquet":
+        with filesystem.open_input_file(path) as source:
+            table = pq.read_table(source)
+        columns = [c for c in ("job_id", "error", "state") if c in table.column_names]
+        rows = table.select(columns).to_pylist()
+        mask = pa.array([not dropped(row) for row in rows], pa.bool_())
+        kept = table.filter(mask)
+        if kept.num_rows == table.num_rows:
+            return
+        if kept.num_rows == 0:
+            filesystem.delete_file(path)
+            return
+        pq.write_table(kept, temporary, filesystem=filesystem)
+    else:
+        with filesystem.open_input_stream(path, compression="detect") as source:
+            lines = bytes(source.read()).splitlines(keepends=True)
+        kept_lines = []
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise ValueError(
+                        f"cannot take rows out of {path}: line {number} is not JSON (only the"
+                        " JSON lines of write_json can be rewritten)"
+                    ) from None
+                if isinstance(row, dict) and dropped(row):
+                    continue
+            kept_lines.append(line)
+        if len(kept_lines) == len(lines):
+            return
+        if not any(line.strip() for line in kept_lines):
+            filesystem.delete_file(path)
+            return
+        with filesystem.open_output_stream(temporary, compression="detect") as sink:
+            sink.write(b"".join(kept_lines))
+    filesystem.move(temporary, path)
 
 
 def _has_output(path: str) -> bool:

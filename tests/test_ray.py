@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -26,6 +26,8 @@ from asyncsearch import AsyncSearchClient
 from asyncsearch.testing import ServiceEmulator
 
 T = TypeVar("T")
+#: The formats FetchExtractions' output is written in (write_parquet, write_json).
+Output = Literal["parquet", "json"]
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 KEY = "ray-test-key"
@@ -328,12 +330,224 @@ def test_read_search_checks_arguments_before_sending(emu: ThreadedEmulator) -> N
         read_search("x" * 300, api_key=KEY, base_url=emu.emu.base_url)
     with pytest.raises(ConfigurationError):
         read_search("x", api_key=KEY, base_url="ftp://example.com")
+    for widths in ({"clip3": 5}, {"clip2": -1}, {"clip2": 5.0}, {"clip2": True}, [("clip2", 5)]):
+        with pytest.raises(InvalidRequestError, match="embedding_widths"):
+            read_search("x", api_key=KEY, base_url=emu.emu.base_url, embedding_widths=widths)  # type: ignore[arg-type]
     assert emu.do(emu.emu.stats.count) == before
+
+
+def _hit(hit_id: str, **embeddings: list[float]) -> dict[str, Any]:
+    """A search hit in the wire form, with only the embeddings given (none: no ``embeddings``)."""
+    hit: dict[str, Any] = {"id": hit_id, "name": f"resource {hit_id}", "score": 0.5}
+    if embeddings:
+        hit["embeddings"] = embeddings
+    return hit
+
+
+def _canned_search(pages: list[list[dict[str, Any]]]) -> Any:
+    """A search service on 127.0.0.1 whose ``POST /v2/search`` answers with ``pages`` (page 1
+    first), served from a thread of this process: Ray's workers reach it over loopback."""
+    from aiohttp import web
+
+    from .helpers import ThreadedServer
+
+    async def search(request: web.Request) -> web.Response:
+        body = await request.json()
+        number = int((body.get("pagination") or {}).get("page", 1))
+        hits = pages[number - 1] if 1 <= number <= len(pages) else []
+        total = sum(len(page) for page in pages)
+        return web.json_response({"total": total, "hasMore": number < len(pages), "hits": hits})
+
+    app = web.Application()
+    app.router.add_post("/v2/search", search)
+    return ThreadedServer(app)
+
+
+def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) -> None:
+    import numpy as np
+
+    from asyncsearch import ResponseValidationError
+    from asyncsearch.ray import read_search
+
+    small = {n: [float(n), n + 0.5, -float(n)] for n in range(5)}  # 3 values, where 512 were fixed
+    clip = {n: [n / 4, 1.0, 2.0, 3.0, -n / 4] for n in range(5)}  # 5 values, where 768 were
+    pages = [
+        # No hit of the first page has a clip2 vector: its width is known from page 2 on.
+        [_hit("a", small3_512=small[0]), _hit("b", small3_512=small[1])],
+        [_hit("c", small3_512=small[2], clip2=clip[2]), _hit("d")],
+        [_hit("e", small3_512=small[4], clip2=clip[4])],
+    ]
+    with _canned_search(pages) as server:
+        dataset = read_search("q", api_key=KEY, base_url=server.base_url)
+        batches = list(dataset.iter_batches(batch_format="numpy", batch_size=None))
+        schema = dataset.schema()
+
+    assert [i for batch in batches for i in batch["id"].tolist()] == list("abcde")
+    nan3, nan5 = [np.nan] * 3, [np.nan] * 5  # a hit without the vector: a row of NaN
+    expected = {
+        "small3_512": [small[0], small[1], small[2], nan3, small[4]],
+        "clip2": [nan5, nan5, clip[2], nan5, clip[4]],
+    }
+    for name, rows in expected.items():
+        column = np.concatenate([batch[name] for batch in batches])
+        assert column.dtype == np.float32
+        np.testing.assert_array_equal(column, np.array(rows, dtype=np.float32))
+    types = dict(zip(schema.names, schema.types, strict=True))
+    assert types["small3_512"].shape == (3,)
+    assert types["clip2"].shape == (5,)
+
+    # The caller may say a width instead; a vector that disagrees with it fails the read.
+    with _canned_search(pages) as server:
+        given = read_search(
+            "q", api_key=KEY, base_url=server.base_url, embedding_widths={"clip2": 5}
+        )
+        rows = given.take_all()
+        wrong = read_search(
+            "q", api_key=KEY, base_url=server.base_url, embedding_widths={"clip2": 6}
+        )
+        with pytest.raises(ResponseValidationError, match=r"\(as embedding_widths gives\)"):
+            wrong.take_all()
+    np.testing.assert_array_equal(
+        np.stack([row["clip2"] for row in rows]), np.array(expected["clip2"], dtype=np.float32)
+    )
+
+
+def test_read_search_refuses_an_embedding_of_another_width(ray_session: Any) -> None:
+    from asyncsearch import ResponseValidationError
+    from asyncsearch.ray import read_search
+
+    pages = [[_hit("a", clip2=[1.0] * 5)], [_hit("b", clip2=[1.0] * 4)]]
+    with _canned_search(pages) as server:
+        dataset = read_search("q", api_key=KEY, base_url=server.base_url)
+        # The read task's typed error reaches the driver as itself.
+        with pytest.raises(ResponseValidationError) as info:
+            dataset.take_all()
+    assert info.value.path == "$.hits[*].embeddings.clip2"
+    assert (
+        "hit 'b' has 4 clip2 values, where this search's clip2 column has 5"
+        " (the width of hit 'a', the first with one)"
+    ) in str(info.value)
+
+
+def test_read_search_errors_reach_the_driver_typed(
+    ray_session: Any, emu: ThreadedEmulator, base_id: str
+) -> None:
+    from asyncsearch import InternalServerError
+    from asyncsearch.ray import read_search
+
+    emu.do(emu.emu.seed, n_resources=20, n_jobs=0, seed=5, base_id=base_id)
+    emu.do(emu.emu.faults.script, "search", [500])
+    dataset = read_search(
+        "invoice", api_key=KEY, base_url=emu.emu.base_url, base_id=base_id, max_retries=0
+    )
+    with pytest.raises(InternalServerError) as info:
+        dataset.take_all()
+    assert info.value.status_code == 500
+    assert KEY not in str(info.value)
+
+
+def _page(*hits: dict[str, Any]) -> Any:
+    import msgspec
+
+    from asyncsearch import SearchPage
+
+    body = {"total": len(hits), "hasMore": True, "hits": list(hits)}
+    return msgspec.json.decode(json.dumps(body), type=SearchPage)
+
+
+def _widths(table: Any) -> dict[str, int]:
+    return {name: table.schema.field(name).type.shape[0] for name in ("small3_512", "clip2")}
+
+
+def test_hit_tables_hold_pages_back_until_every_width_is_known_and_no_longer() -> None:
+    import numpy as np
+
+    from asyncsearch import ResponseValidationError
+    from asyncsearch.ray import _HitTables
+
+    tables = _HitTables.given({}, max_held_hits=3)
+    # No clip2 vector yet: the pages wait, in order.
+    assert tables.add(_page(_hit("a", small3_512=[1.0, 2.0]))) == []
+    assert tables.add(_page(_hit("b", small3_512=[3.0, 4.0]))) == []
+    # The third hit held reaches the limit: clip2, which no hit had, gets 0 values per hit.
+    released = tables.add(_page(_hit("c")))
+    assert [table.column("id").to_pylist() for table in released] == [["a"], ["b"], ["c"]]
+    assert [_widths(table) for table in released] == [{"small3_512": 2, "clip2": 0}] * 3
+    assert np.isnan(released[2].column("small3_512").chunk(0).to_numpy()).all()
+    # A clip2 vector after that cannot fit: a typed error that says what to do.
+    with pytest.raises(ResponseValidationError) as info:
+        tables.add(_page(_hit("d", clip2=[1.0, 2.0, 3.0])))
+    assert str(info.value) == (
+        "hit 'd' has 3 clip2 values, where this search's clip2 column has 0 (no hit among the"
+        " first 3 had one, so it got 0): pass embedding_widths={'clip2': 3} to read_search"
+    )
+
+    # A search with no clip2 vector at all, shorter than the limit: the end of the walk lets
+    # the pages go, with a clip2 column of width 0.
+    tables = _HitTables.given({}, max_held_hits=100)
+    assert tables.add(_page(_hit("a", small3_512=[1.0]), _hit("b"))) == []
+    (table,) = tables.finish()
+    assert _widths(table) == {"small3_512": 1, "clip2": 0}
+    assert table.column("clip2").chunk(0).to_numpy().shape == (2, 0)
+
+
+def test_hit_tables_take_the_widths_given() -> None:
+    import numpy as np
+
+    from asyncsearch import ResponseValidationError
+    from asyncsearch.ray import _HitTables
+
+    tables = _HitTables.given({"small3_512": 2, "clip2": 3}, max_held_hits=100)
+    # Both widths known: nothing is held back, and a page without vectors has NaN rows.
+    (table,) = tables.add(_page(_hit("a")))
+    assert _widths(table) == {"small3_512": 2, "clip2": 3}
+    assert np.isnan(table.column("clip2").chunk(0).to_numpy()).all()
+    with pytest.raises(ResponseValidationError) as info:
+        tables.add(_page(_hit("b", clip2=[1.0] * 4)))
+    assert str(info.value) == (
+        "hit 'b' has 4 clip2 values, where this search's clip2 column has 3"
+        " (as embedding_widths gives)"
+    )
+
+
+def _export(
+    ray: Any,
+    todo: Any,
+    out: str,
+    output: Output,
+    *,
+    emu: ThreadedEmulator,
+    base_id: str,
+    **options: Any,
+) -> None:
+    """Fetch the jobs of ``todo`` and write them to ``out`` (``write_parquet``/``write_json``)."""
+    from asyncsearch.ray import FetchExtractions
+
+    fetched = todo.map_batches(
+        FetchExtractions,
+        fn_constructor_kwargs={
+            "api_key": KEY,
+            "base_url": emu.emu.base_url,
+            "base_id": base_id,
+            **options,
+        },
+        batch_size=50,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=2),
+        num_cpus=0.25,
+    )
+    getattr(fetched, f"write_{output}")(out)
+
+
+def _written(ray: Any, out: str | Path, output: Output) -> list[dict[str, Any]]:
+    """Every row in ``out``, as a reader that knows nothing of asyncsearch reads them."""
+    reader = getattr(ray.data, f"read_{output}")
+    return reader(str(out)).take_all()  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("output", ["parquet", "json"])
 def test_resume_fetches_only_unwritten_ids(
-    ray_session: Any, emu: ThreadedEmulator, base_id: str, tmp_path: Path, output: str
+    ray_session: Any, emu: ThreadedEmulator, base_id: str, tmp_path: Path, output: Output
 ) -> None:
     from asyncsearch.ray import unwritten_job_ids
 
@@ -345,26 +559,10 @@ def test_resume_fetches_only_unwritten_ids(
         return ray_session.data.from_items([{"job_id": i} for i in ids], override_num_blocks=4)
 
     def export(todo: Any, **options: Any) -> None:
-        from asyncsearch.ray import FetchExtractions
-
-        fetched = todo.map_batches(
-            FetchExtractions,
-            fn_constructor_kwargs={
-                "api_key": KEY,
-                "base_url": emu.emu.base_url,
-                "base_id": base_id,
-                **options,
-            },
-            batch_size=50,
-            batch_format="pyarrow",
-            compute=ray_session.data.ActorPoolStrategy(size=2),
-            num_cpus=0.25,
-        )
-        getattr(fetched, f"write_{output}")(out)
+        _export(ray_session, todo, out, output, emu=emu, base_id=base_id, **options)
 
     def written() -> list[dict[str, Any]]:
-        reader = getattr(ray_session.data, f"read_{output}")
-        return reader(out).take_all()  # type: ignore[no-any-return]
+        return _written(ray_session, out, output)
 
     # Nothing written yet: every id is to do.
     assert unwritten_job_ids(read_ids(), out, format=output).count() == len(ids)
@@ -381,11 +579,177 @@ def test_resume_fetches_only_unwritten_ids(
     assert _extract_requests(emu, base_id) - before == len(ids) - 120
     assert Counter(row["job_id"] for row in written()) == Counter(ids)
 
-    # retry_failed fetches again exactly the ids written with an error.
+    # retry_failed fetches again exactly the ids written with an error...
     failed = {row["job_id"] for row in written() if row["error"] is not None}
     assert sum(1 for row in first if (row["error"] or "").startswith("Internal")) == 10
     todo = unwritten_job_ids(read_ids(), out, format=output, retry_failed=True)
     assert sorted(row["job_id"] for row in todo.take_all()) == sorted(failed)
+    # ... and takes their rows out of the output: until fetched again, they are not written.
+    assert Counter(row["job_id"] for row in written()) == Counter(set(ids) - failed)
+
+    # So after the retry the output holds every id exactly once, for a reader that just reads
+    # it: the ids that failed with a 503 once, with their job; the unknown ones, with a 404.
+    export(todo)
+    rows = written()
+    assert Counter(row["job_id"] for row in rows) == Counter(ids)
+    errors = {row["job_id"]: row["error"] for row in rows if row["error"] is not None}
+    assert sorted(errors) == sorted(ids[250:])
+    assert all(error.startswith("NotFoundError: ") for error in errors.values())
+
+
+@pytest.mark.parametrize("output", ["parquet", "json"])
+def test_resume_refetches_the_jobs_written_in_progress(
+    ray_session: Any, emu: ThreadedEmulator, base_id: str, tmp_path: Path, output: Output
+) -> None:
+    from asyncsearch.ray import unwritten_job_ids
+
+    # "ready": a state asyncsearch does not know, and so takes as final.
+    jobs = {
+        state: [emu.do(emu.emu.add_job, state=state, base_id=base_id)["id"] for _ in range(15)]
+        for state in ("pending", "processing", "done", "ready")
+    }
+    in_progress = [*jobs["pending"], *jobs["processing"]]
+    unknown = [str(uuid.uuid4()) for _ in range(5)]
+    ids = [*(i for state_ids in jobs.values() for i in state_ids), *unknown]
+    out = str(tmp_path / "out")
+
+    def read_ids() -> Any:
+        return ray_session.data.from_items([{"job_id": i} for i in ids], override_num_blocks=4)
+
+    def todo(**options: Any) -> Any:
+        return unwritten_job_ids(read_ids(), out, format=output, **options)
+
+    _export(ray_session, read_ids(), out, output, emu=emu, base_id=base_id)
+    assert todo().count() == 0  # by default every row is final, as before
+
+    # The jobs written pending or processing come back, and only those (the 404s come back
+    # with retry_failed only).
+    again = todo(refetch_in_progress=True)
+    assert sorted(row["job_id"] for row in again.take_all()) == sorted(in_progress)
+
+    # Meanwhile the pending jobs finish; the processing ones do not.
+    for job_id in jobs["pending"]:
+        emu.do(emu.emu.set_job_state, job_id, "done", base_id=base_id)
+    before = _extract_requests(emu, base_id)
+    _export(ray_session, again, out, output, emu=emu, base_id=base_id)
+    assert _extract_requests(emu, base_id) - before == len(in_progress)
+
+    # Every id is in the output exactly once, with its newest state.
+    rows = _written(ray_session, out, output)
+    assert Counter(row["job_id"] for row in rows) == Counter(ids)
+    states = {row["job_id"]: row["state"] for row in rows}
+    assert {states[i] for i in jobs["pending"]} == {"done"}
+    assert {states[i] for i in jobs["processing"]} == {"processing"}
+    assert {states[i] for i in jobs["ready"]} == {"ready"}
+    assert sorted(row["job_id"] for row in todo(refetch_in_progress=True).take_all()) == sorted(
+        jobs["processing"]
+    )
+    both = todo(refetch_in_progress=True, retry_failed=True).take_all()
+    assert sorted(row["job_id"] for row in both) == sorted([*jobs["processing"], *unknown])
+
+
+def _write_output(
+    folder: Path, output: Output, files: list[list[tuple[str, str | None, str | None]]]
+) -> None:
+    """Write rows of ``EXTRACTION_SCHEMA`` (job_id, state, error) as FetchExtractions' output,
+    one file per list, the way ``write_parquet`` and ``write_json`` write them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from asyncsearch.ray import EXTRACTION_SCHEMA
+
+    folder.mkdir()
+    for number, rows in enumerate(files):
+        records = [
+            {"job_id": job_id, "state": state, "extraction": None, "error": error}
+            for job_id, state, error in rows
+        ]
+        if output == "parquet":
+            table = pa.Table.from_pylist(records, schema=EXTRACTION_SCHEMA)
+            pq.write_table(table, folder / f"{number}.parquet")
+        else:
+            lines = (json.dumps(record, separators=(",", ":")) + "\n" for record in records)
+            (folder / f"{number}.json").write_text("".join(lines))
+
+
+@pytest.mark.parametrize("output", ["parquet", "json"])
+def test_only_in_progress_states_and_errors_are_fetched_again(
+    ray_session: Any, tmp_path: Path, output: Output
+) -> None:
+    from asyncsearch import IN_PROGRESS_JOB_STATES
+    from asyncsearch.ray import unwritten_job_ids
+
+    # A state is final unless IN_PROGRESS_JOB_STATES names it: "done" and "failed" are not
+    # special, nor is a state nobody knows or a missing one.
+    states = [*sorted(IN_PROGRESS_JOB_STATES), "done", "failed", "ready", None]
+    rows: list[tuple[str, str | None, str | None]] = [
+        (f"job-{state}", state, None) for state in states
+    ]
+    rows.append(("job-error", None, "NotFoundError: 404 Not Found from GET /v2/extract/..."))
+    ids = ray_session.data.from_items([{"job_id": i} for i, _, _ in rows] + [{"job_id": "new"}])
+    in_progress = [f"job-{state}" for state in sorted(IN_PROGRESS_JOB_STATES)]
+
+    def todo(**options: Any) -> list[str]:
+        # A fresh output each time: asking with an option takes the rows it names out.
+        out = tmp_path / f"out-{uuid.uuid4()}"
+        _write_output(out, output, [rows])
+        found = unwritten_job_ids(ids, str(out), format=output, **options).take_all()
+        return sorted(row["job_id"] for row in found)
+
+    assert todo() == ["new"]
+    assert todo(refetch_in_progress=True) == sorted([*in_progress, "new"])
+    assert todo(retry_failed=True) == ["job-error", "new"]
+    both = todo(retry_failed=True, refetch_in_progress=True)
+    assert both == sorted([*in_progress, "job-error", "new"])
+
+
+@pytest.mark.parametrize("output", ["parquet", "json"])
+def test_rows_to_fetch_again_are_taken_out_of_the_files(
+    ray_session: Any, tmp_path: Path, output: Output
+) -> None:
+    from asyncsearch.ray import unwritten_job_ids
+
+    out = tmp_path / "out"
+    error = "InternalServerError: 503 Service Unavailable from GET /v2/extract/..."
+    _write_output(
+        out,
+        output,
+        [
+            [("a", None, error), ("b", "done", None), ("c", "pending", None)],
+            [("d", None, error)],
+            # a's final row, written by a retry of an earlier version of asyncsearch; z is not
+            # one of the ids asked about.
+            [("a", "done", None), ("e", None, error), ("z", None, error)],
+        ],
+    )
+    original = {path.name: path.read_bytes() for path in out.iterdir()}
+    ids = ray_session.data.from_items([{"job_id": i} for i in "abcdef"])
+
+    todo = unwritten_job_ids(
+        ids, str(out), format=output, retry_failed=True, refetch_in_progress=True
+    )
+
+    assert sorted(row["job_id"] for row in todo.take_all()) == ["c", "d", "e", "f"]
+    # Each id is at most once in the output now: the rows to fetch again are gone, and so is the
+    # stale error row of a; z's row is left alone. A file left empty is deleted, and no
+    # temporary file stays behind.
+    rows = Counter(
+        (r["job_id"], r["state"], r["error"]) for r in _written(ray_session, out, output)
+    )
+    assert rows == Counter([("a", "done", None), ("b", "done", None), ("z", None, error)])
+    assert sorted(path.name for path in out.iterdir()) == [f"0.{output}", f"2.{output}"]
+    if output == "json":  # the rows kept are the lines as they were written
+        kept = [original["0.json"].splitlines(keepends=True)[1]]
+        assert (out / "0.json").read_bytes().splitlines(keepends=True) == kept
+    # A run stopped before it wrote them again loses nothing: they are simply not written.
+    assert sorted(
+        r["job_id"] for r in unwritten_job_ids(ids, str(out), format=output).take_all()
+    ) == [
+        "c",
+        "d",
+        "e",
+        "f",
+    ]
 
 
 def test_ray_export_benchmark_runs_quick(
@@ -437,8 +801,11 @@ def test_resume_reads_what_was_written_at_a_uri(ray_session: Any, tmp_path: Path
 
     assert out.as_uri().startswith("file://")
     assert todo(out.as_uri()) == ["d"]
-    assert todo(out.as_uri(), retry_failed=True) == ["c", "d"]
     assert todo((out / "0.parquet").as_uri()) == ["d"]
+    assert todo(out.as_uri(), retry_failed=True) == ["c", "d"]
+    # c's failed row was taken out through the URI's filesystem: c is now simply not written.
+    assert pq.read_table(out / "0.parquet").column("job_id").to_pylist() == ["a", "b"]
+    assert todo((out / "0.parquet").as_uri()) == ["c", "d"]
     # A URI with nothing there yet (missing, or an empty folder) means nothing is written.
     (tmp_path / "empty").mkdir()
     assert todo((tmp_path / "missing").as_uri()) == ["a", "b", "c", "d"]
