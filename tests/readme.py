@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import codeop
 import contextlib
 import importlib.util
 import inspect
@@ -190,6 +191,40 @@ def _readme(example: Example) -> Readme:
     return readme
 
 
+#: The README's promise: every block after this heading runs as pasted into `python -m asyncio`.
+REPL_HEADING = "### Examples in this README"
+
+
+def repl_problem(source: str) -> str | None:
+    """Why ``source`` fails pasted line by line into ``python -m asyncio``, or None.
+
+    Fed to the compiler the asyncio REPL uses (``code.InteractiveConsole`` with top-level
+    ``await``), one line at a time: a compound statement ends only at a blank line there, so
+    code right after one is a syntax error, and a blank line inside a function ends it. And
+    ``asyncio.run()`` raises there, since a loop is already running.
+    """
+    compiler = codeop.CommandCompiler()
+    compiler.compiler.flags |= ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    buffer: list[str] = []
+    for number, line in enumerate([*source.splitlines(), ""], 1):
+        buffer.append(line)
+        try:
+            complete = compiler("\n".join(buffer), "<stdin>", "single")
+        except SyntaxError as exc:
+            return f"line {number} of the block: {exc.msg} (as pasted into python -m asyncio)"
+        if complete is not None:
+            buffer.clear()
+    if re.search(r"^asyncio\.run\(", source, re.M):
+        return "asyncio.run() raises in python -m asyncio, where a loop runs: use await"
+    return None
+
+
+def _after_repl_heading(example: Example) -> bool:
+    text = Path(example.path).read_text(encoding="utf-8")
+    heading = text.split(REPL_HEADING, 1)[0].count("\n") + 1
+    return example.line > heading
+
+
 def evaluate_python(example: Example) -> None:
     """Run a ``python`` block, awaiting it on the README's loop if it uses top-level await."""
     source = str(example.parsed)
@@ -200,6 +235,9 @@ def evaluate_python(example: Example) -> None:
         if Path(file.group(1)).name.startswith("test_"):
             readme.run_pytest_project()
         return
+    if _after_repl_heading(example):
+        problem = repl_problem(source)
+        assert problem is None, problem
     code = compile(
         pad(source, example.line + example.parsed.line_offset),
         example.path,
@@ -286,6 +324,15 @@ def _teardown(namespace: dict[str, Any]) -> None:
     readme = namespace.get("__readme__")
     try:
         _shut_down_ray()
+        # The README's first block binds a client of its own, as a reader pasting it would.
+        client = namespace.get("client")
+        if (
+            isinstance(readme, Readme)
+            and isinstance(client, AsyncSearchClient)
+            and client is not readme.client
+            and readme.thread.is_alive()
+        ):
+            readme.run(client.aclose())
     finally:
         if isinstance(readme, Readme):
             readme.stop()
