@@ -1,10 +1,11 @@
 """The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
 
-One attempt means: take a free connection slot of the pool (waiting at most ``Timeout.pool``),
-send the request, follow same-origin redirects (never carrying the key anywhere else), read the
-whole body under ``max_response_bytes`` (decompressing it here, in bounded steps, so a gzip bomb
-cannot blow up memory), and hand back a ``Response`` value. Every aiohttp and OS error becomes an
-asyncsearch error in ``_translate``, with any request headers scrubbed from what it carries.
+One attempt means: take a free connection of the pool (waiting at most ``Timeout.pool``,
+except for a bulk call, which queues its own requests), send the request, follow same-origin
+redirects (never carrying the key anywhere else), read the whole body under
+``max_response_bytes`` (decompressing it here, in bounded steps, so a gzip bomb cannot blow up
+memory), and hand back a ``Response`` value. Every aiohttp and OS error becomes an asyncsearch
+error in ``_translate``, with any request headers scrubbed from what it carries.
 
 Only aiohttp's public API is used: every attempt goes through ``session.request`` with the read
 timeout aiohttp keeps, and the one thing the client needs that aiohttp has no option for (not
