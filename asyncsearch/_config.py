@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal, TypedDict
 
 from ._errors import ConfigurationError
 
@@ -17,6 +18,8 @@ __all__ = [
     "NOT_GIVEN",
     "NO_TIMEOUT",
     "NotGiven",
+    "RequestOptions",
+    "SearchOptions",
     "Timeout",
 ]
 
@@ -104,3 +107,33 @@ NO_TIMEOUT: Final = Timeout(connect=None, read=None, total=None, pool=None)
 DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_MAX_RETRY_AFTER: Final = 60.0
 DEFAULT_MAX_REDIRECTS: Final = 5
+
+
+class RequestOptions(TypedDict, total=False):
+    """Options of one call, taken as keywords by every endpoint method, pager and bulk helper.
+
+    Every one is optional; one not given keeps the client's value. A pager or bulk helper
+    applies them to each of its requests.
+
+    - ``timeout``: this call's ``Timeout`` per attempt, as the client option takes it (a
+      ``Timeout``, a number of seconds for the total, or ``None`` for no limit).
+    - ``max_retries``: this call's retries after the first attempt.
+    - ``extra_headers``: headers added to the client's; they cannot replace ``X-Api-Key`` or
+      ``X-Service-Base-Id`` (``InvalidRequestError``).
+    - ``extra_query``: query parameters added to the URL; one the SDK sends is replaced.
+    """
+
+    timeout: Timeout | float | None
+    max_retries: int
+    extra_headers: Mapping[str, str]
+    extra_query: Mapping[str, str | int | float | bool]
+
+
+class SearchOptions(RequestOptions, total=False):
+    """The options of a search call: ``RequestOptions`` and ``extra_body``.
+
+    - ``extra_body``: fields merged into the JSON body (a field the SDK sends is replaced), for
+      fields the service may take that the spec does not show.
+    """
+
+    extra_body: Mapping[str, Any]

@@ -2,7 +2,8 @@
 
 ::
 
-    AsyncSearchError                    base; ``.attempts`` once requests were made
+    AsyncSearchError                    base; ``.attempts`` once requests were made,
+                                        ``.request_id`` once an answer came
     ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
     │   └── APITimeoutError             connect, read or total timeout of an attempt
     │       └── PoolTimeoutError        no free pooled connection within ``Timeout.pool``
@@ -26,6 +27,10 @@
 
 No message, ``str()`` or ``repr()`` of these ever contains the API key: the key travels in a header,
 headers are never copied into errors, and URLs are stripped of any user info.
+
+An error raised after the service answered (a status error, a body that does not fit, a body
+too large) carries the answer's ``X-Request-Id`` (or ``Request-Id``) in ``request_id`` and in
+its message, to quote to the service's operators; it is ``None`` when no answer came.
 """
 
 from __future__ import annotations
@@ -64,9 +69,12 @@ class AsyncSearchError(Exception):
 
     ``attempts`` is the number of HTTP attempts made before the error was raised, or ``None``
     when the error came before any request (bad arguments, bad options, closed client).
+    ``request_id`` is the id the service gave its answer, or ``None`` when no answer came (or
+    it gave none).
     """
 
     attempts: int | None
+    request_id: str | None = None
 
     def __init__(self, message: str, *, attempts: int | None = None) -> None:
         super().__init__(message)
@@ -74,9 +82,12 @@ class AsyncSearchError(Exception):
         self.attempts = attempts
 
     def __str__(self) -> str:
+        text = self.message
         if self.attempts is not None and self.attempts > 1:
-            return f"{self.message} (after {self.attempts} attempts)"
-        return self.message
+            text = f"{text} (after {self.attempts} attempts)"
+        if self.request_id is not None:
+            text = f"{text} [request id {self.request_id}]"
+        return text
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"

@@ -27,6 +27,7 @@ import msgspec
 from ._errors import (
     APIConnectionError,
     APIStatusError,
+    AsyncSearchError,
     AuthenticationError,
     BadRequestError,
     ConfigurationError,
@@ -68,8 +69,11 @@ __all__ = [
     "backoff_delay",
     "build_headers",
     "check_base_url",
+    "check_extra_body",
+    "check_extra_headers",
     "check_extraction_format",
     "decode_body",
+    "encode_extra_query",
     "get_extraction",
     "get_webhook_log",
     "image_data_url",
@@ -80,12 +84,14 @@ __all__ = [
     "parse_retry_after",
     "redact",
     "redirect_target",
+    "request_id",
     "same_origin",
     "search",
     "search_page_continues",
     "search_page_head",
     "status_error",
     "validate_id",
+    "with_extras",
     "without_embeddings",
 ]
 
@@ -840,6 +846,97 @@ def _strip_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
+#: Headers the client sets from its own options, which extra headers cannot replace.
+PROTECTED_HEADERS = frozenset({"x-api-key", "x-service-base-id"})
+
+
+def check_extra_headers(
+    headers: object, *, name: str, error: type[AsyncSearchError]
+) -> dict[str, str]:
+    """Return ``headers`` as a dict, or raise ``error`` for a bad or protected name or value."""
+    if not isinstance(headers, Mapping):
+        raise error(f"{name} must be a mapping of header names to values")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not key.strip() or any(c in key for c in "\r\n\x00:"):
+            raise error(f"{name}: {key!r} is not a header name")
+        if key.lower() in PROTECTED_HEADERS:
+            raise error(
+                f"{name} cannot set {key}: the key and the base come from the client's api_key "
+                "and base_id (use with_options to change them)"
+            )
+        if not isinstance(value, str) or any(c in value for c in "\r\n\x00"):
+            raise error(f"{name}: header {key!r} must be a string without line breaks")
+    return dict(headers)
+
+
+def encode_extra_query(query: object) -> tuple[tuple[str, str], ...]:
+    """``extra_query`` as percent-encoded (name, value) pairs; ``InvalidRequestError`` if bad."""
+    if not isinstance(query, Mapping):
+        raise InvalidRequestError("extra_query must be a mapping of names to values")
+    pairs = []
+    for key, value in query.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidRequestError(f"extra_query: {key!r} is not a parameter name")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif not isinstance(value, str | int | float):
+            raise InvalidRequestError(
+                f"extra_query: {key!r} must be a str, int, float or bool, "
+                f"got {type(value).__name__}"
+            )
+        try:
+            pairs.append((quote(key, safe=""), quote(str(value), safe="")))
+        except UnicodeEncodeError as exc:
+            raise _not_utf8(f"extra_query {key!r}", exc) from None
+    return tuple(pairs)
+
+
+def check_extra_body(body: object) -> dict[str, Any]:
+    """``extra_body`` as a dict that encodes as JSON; ``InvalidRequestError`` if it cannot."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError("extra_body must be a mapping of field names to values")
+    for key in body:
+        if not isinstance(key, str):
+            raise InvalidRequestError(f"extra_body: {key!r} is not a field name")
+    try:
+        msgspec.json.encode(body)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidRequestError(f"extra_body cannot be sent as JSON: {exc}") from None
+    return dict(body)
+
+
+def with_extras(
+    request: Request[T],
+    *,
+    query: tuple[tuple[str, str], ...] = (),
+    body: Mapping[str, Any] | None = None,
+) -> Request[T]:
+    """The request with ``query`` (``encode_extra_query``) added to its URL and ``body``
+    (``check_extra_body``) merged into its JSON body; what the request had of a name is replaced.
+    """
+    target, new_body = request.target, request.body
+    if query:
+        path, _, current = target.partition("?")
+        names = {name for name, _ in query}
+        kept = [pair for pair in current.split("&") if pair and pair.partition("=")[0] not in names]
+        target = path + "?" + "&".join(kept + [f"{name}={value}" for name, value in query])
+    if body:
+        if request.body is None:
+            raise InvalidRequestError(f"extra_body: {request.method} {request.path} has no body")
+        merged = msgspec.json.decode(request.body)
+        merged.update(body)
+        new_body = msgspec.json.encode(merged)
+    return msgspec.structs.replace(request, target=target, body=new_body)
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    """The id the service gave an answer (``X-Request-Id``, else ``Request-Id``), or ``None``."""
+    value = _header(headers, "x-request-id")
+    if value is None:
+        value = _header(headers, "request-id")
+    return value
+
+
 def build_headers(
     *,
     api_key: str,
@@ -855,9 +952,9 @@ def build_headers(
         "Accept-Encoding": "gzip, deflate",
         "User-Agent": user_agent,
     }
-    if extra:
-        protected = {"x-api-key", "x-service-base-id"}
-        headers.update({k: v for k, v in extra.items() if k.lower() not in protected})
+    for key, value in (extra or {}).items():
+        if key.lower() not in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
+            headers[key] = value
     if has_body:
         headers["Content-Type"] = "application/json"
     headers["X-Api-Key"] = api_key
@@ -972,8 +1069,9 @@ def status_error(
     if detail:
         parts.append(redact(detail, secret))
     message = ": ".join(parts)
+    error: APIStatusError
     if cls is RateLimitError:
-        return RateLimitError(
+        error = RateLimitError(
             message,
             status_code=status,
             headers=response.headers,
@@ -983,15 +1081,19 @@ def status_error(
             attempts=attempts,
             retry_after=retry_after,
         )
-    return cls(
-        message,
-        status_code=status,
-        headers=response.headers,
-        body=body,
-        method=method,
-        url=url,
-        attempts=attempts,
-    )
+    else:
+        error = cls(
+            message,
+            status_code=status,
+            headers=response.headers,
+            body=body,
+            method=method,
+            url=url,
+            attempts=attempts,
+        )
+    rid = request_id(response.headers)
+    error.request_id = None if rid is None else redact(rid, secret)
+    return error
 
 
 def is_retryable_status(status: int, *, idempotent: bool = True) -> bool:

@@ -42,7 +42,7 @@ from ._errors import (
     ResponseTooLargeError,
     ResponseValidationError,
 )
-from ._protocol import Response, redact, redirect_target, status_error
+from ._protocol import Response, redact, redirect_target, request_id, status_error
 from ._version import __version__
 
 __all__ = ["USER_AGENT", "Transport"]
@@ -266,7 +266,11 @@ class Transport:
                             current_url = target
                             continue
                     if 200 <= resp.status < 300:
-                        content = await _read_body(resp, max_response_bytes, decompress_here)
+                        try:
+                            content = await _read_body(resp, max_response_bytes, decompress_here)
+                        except AsyncSearchError as exc:  # too large, or an unknown encoding
+                            exc.request_id = request_id(scrub_headers(resp.headers, secret))
+                            raise
                     else:
                         content = await _read_error_body(
                             resp, min(max_response_bytes, _ERROR_BODY_LIMIT), decompress_here
