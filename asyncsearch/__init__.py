@@ -21,7 +21,7 @@ from ._client import (
     SearchPager,
 )
 from ._concurrency import RetryBudget
-from ._config import Timeout
+from ._config import RequestOptions, SearchOptions, Timeout
 from ._errors import (
     APIConnectionError,
     APIStatusError,
@@ -92,11 +92,13 @@ __all__ = [
     "PoolTimeoutError",
     "RateLimitError",
     "RawResponseClient",
+    "RequestOptions",
     "ResponseTooLargeError",
     "ResponseValidationError",
     "RetryBudget",
     "SearchFilters",
     "SearchHit",
+    "SearchOptions",
     "SearchPage",
     "SearchPager",
     "SearchParams",

@@ -51,6 +51,8 @@ from ._config import (
     DEFAULT_MAX_RETRY_AFTER,
     NOT_GIVEN,
     NotGiven,
+    RequestOptions,
+    SearchOptions,
     Timeout,
 )
 from ._errors import (
@@ -82,6 +84,7 @@ from ._models import (
     WebhookLogSummary,
 )
 from ._protocol import Request, Response, SearchParams, SearchWalkParams
+from ._tracing import ENV_TRACE_CONTENT, NO_SPAN, CallSpan, LazySpan, Tracing
 from ._transport import USER_AGENT, Transport, scrub_headers
 
 if TYPE_CHECKING:
@@ -95,7 +98,9 @@ __all__ = [
     "ExtractionResults",
     "ExtractionSuccess",
     "RawResponseClient",
+    "SearchCallParams",
     "SearchPager",
+    "SearchWalkCallParams",
 ]
 
 T = TypeVar("T")
@@ -125,6 +130,49 @@ SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
 _SEARCH_RETRY_POLICIES = ("safe", "always")
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
+#: ``ASYNCSEARCH_LOG=debug`` or ``info``: a quick look at what the client does, on stderr.
+ENV_LOG = "ASYNCSEARCH_LOG"
+
+
+def _setup_logging() -> None:
+    """Give the ``asyncsearch`` logger a stderr handler and a level when ``ASYNCSEARCH_LOG`` asks.
+
+    Nothing is changed when the variable is not set, or when the logger already has a handler
+    (the application configured it).
+    """
+    value = os.environ.get(ENV_LOG, "").strip().lower()
+    if not value:
+        return
+    level = {"debug": logging.DEBUG, "info": logging.INFO}.get(value)
+    if level is None:
+        logging.getLogger("asyncsearch").warning(
+            "%s=%r is not 'debug' or 'info'; asyncsearch's logging is left as it is",
+            ENV_LOG,
+            value,
+        )
+        return
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s")
+        )
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+_setup_logging()
+
+
+class SearchCallParams(SearchParams, SearchOptions, total=False):
+    """The keyword arguments of ``search``: ``SearchParams`` and the call's ``SearchOptions``."""
+
+
+class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
+    """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
+
+
+_REQUEST_OPTIONS = RequestOptions.__optional_keys__
+_SEARCH_OPTIONS = SearchOptions.__optional_keys__
 
 
 class _Secret:
@@ -159,20 +207,82 @@ class _Options:
     max_redirects: int
     first_page: int
     retry_search: SearchRetryPolicy
+    tracing: bool
+    trace_content: bool | None
     # Derived once per client instead of once per request.
     headers_without_body: Mapping[str, str] = field(init=False, repr=False)
     headers_with_body: Mapping[str, str] = field(init=False, repr=False)
+    tracer: Tracing = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, has_body in (("headers_without_body", False), ("headers_with_body", True)):
-            headers = protocol.build_headers(
+        without, with_body = self.headers_for(self.headers)
+        object.__setattr__(self, "headers_without_body", without)
+        object.__setattr__(self, "headers_with_body", with_body)
+        content = self.trace_content
+        if content is None:
+            content = os.environ.get(ENV_TRACE_CONTENT, "").strip().lower() in ("1", "true", "yes")
+        tracer = Tracing(base_url=self.base_url, enabled=self.tracing, content=content)
+        object.__setattr__(self, "tracer", tracer)
+
+    def headers_for(self, extra: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The headers of a request without a body and of one with, ``extra`` added."""
+        return tuple(  # type: ignore[return-value]
+            protocol.build_headers(
                 api_key=self.api_key.get(),
                 base_id=self.base_id,
                 user_agent=USER_AGENT,
-                extra=self.headers,
+                extra=extra,
                 has_body=has_body,
             )
-            object.__setattr__(self, name, headers)
+            for has_body in (False, True)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call's ``RequestOptions``, checked, with the client's options filled in."""
+
+    timeout: Timeout
+    max_retries: int
+    headers_without_body: Mapping[str, str]
+    headers_with_body: Mapping[str, str]
+    query: tuple[tuple[str, str], ...]
+    body: dict[str, Any] | None
+
+    def apply(self, request: Request[T]) -> Request[T]:
+        """The request with this call's ``extra_query`` and ``extra_body``."""
+        if self.query or self.body:
+            return protocol.with_extras(request, query=self.query, body=self.body)
+        return request
+
+
+def _call_options(
+    opts: _Options, options: Mapping[str, Any], function: str, *, search: bool = False
+) -> _Call | None:
+    """Check one call's options (``RequestOptions``); None when none were given."""
+    if not options:
+        return None
+    for name in options:
+        if name not in (_SEARCH_OPTIONS if search else _REQUEST_OPTIONS):
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+    timeout = opts.timeout
+    if "timeout" in options:
+        try:
+            timeout = Timeout.coerce(options["timeout"])
+        except ConfigurationError as exc:
+            raise InvalidRequestError(exc.message) from None
+    max_retries = options.get("max_retries", opts.max_retries)
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise InvalidRequestError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+    without, with_body = opts.headers_without_body, opts.headers_with_body
+    if "extra_headers" in options:
+        extra = protocol.check_extra_headers(
+            options["extra_headers"], name="extra_headers", error=InvalidRequestError
+        )
+        without, with_body = opts.headers_for({**opts.headers, **extra})
+    query = protocol.encode_extra_query(options["extra_query"]) if "extra_query" in options else ()
+    body = protocol.check_extra_body(options["extra_body"]) if "extra_body" in options else None
+    return _Call(timeout, max_retries, without, with_body, query, body)
 
 
 class _Shared:
@@ -223,6 +333,11 @@ class APIResponse(Generic[T]):
     def content(self) -> bytes:
         return self._response.body
 
+    @property
+    def request_id(self) -> str | None:
+        """The id the service gave this answer (``X-Request-Id`` or ``Request-Id``), if any."""
+        return protocol.request_id(self.headers)
+
     def parse(self) -> T:
         """Decode the body (once; later calls return the same object).
 
@@ -233,6 +348,7 @@ class APIResponse(Generic[T]):
                 self._parsed = (self._request.parse(self._response.body),)
             except ResponseValidationError as exc:
                 exc.attempts = self.attempts
+                exc.request_id = self.request_id
                 if self._secret and self._secret.encode() in exc.body:
                     # A server (or a proxy's debug page) echoing the request's headers.
                     exc.body = exc.body.replace(self._secret.encode(), b"[redacted]")
@@ -257,13 +373,7 @@ def _check_text_option(name: str, value: object) -> str:
 def _check_headers(headers: Mapping[str, str] | None) -> Mapping[str, str]:
     if headers is None:
         return {}
-    if not isinstance(headers, Mapping):
-        raise ConfigurationError("headers must be a mapping of header names to values")
-    for key, value in headers.items():
-        _check_text_option(f"header name {key!r}", key)
-        if not isinstance(value, str) or any(c in value for c in "\r\n\x00"):
-            raise ConfigurationError(f"header {key!r} must be a string without line breaks")
-    return dict(headers)
+    return protocol.check_extra_headers(headers, name="headers", error=ConfigurationError)
 
 
 def _check_number(name: str, value: object, *, minimum: float, integer: bool = False) -> Any:
@@ -294,7 +404,7 @@ class RawResponseClient:
         text: str | None = None,
         *,
         embeddings: Literal[True] = True,
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> APIResponse[SearchPage]: ...
 
     @overload
@@ -303,7 +413,7 @@ class RawResponseClient:
         text: str | None = None,
         *,
         embeddings: Literal[False],
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> APIResponse[LeanSearchPage]: ...
 
     @overload
@@ -312,41 +422,52 @@ class RawResponseClient:
         text: str | None = None,
         *,
         embeddings: bool,
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> APIResponse[SearchPage | LeanSearchPage]: ...
 
     async def search(
-        self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
+        self,
+        text: str | None = None,
+        *,
+        embeddings: bool = True,
+        **params: Unpack[SearchCallParams],
     ) -> APIResponse[Any]:
         """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
-        request = self._client._search_request(text, params)
-        if not embeddings:
-            return await self._client._send(protocol.without_embeddings(request))
-        return await self._client._send(request)
+        return cast(
+            APIResponse[Any], await self._client._search(text, embeddings, params, parse=False)
+        )
 
     async def get_extraction(
-        self, job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
+        self,
+        job_id: str | uuid.UUID,
+        *,
+        format: ExtractionFormat | None = None,
+        **options: Unpack[RequestOptions],
     ) -> APIResponse[ExtractionJob]:
         """Like ``AsyncSearchClient.get_extraction``, returning an ``APIResponse``."""
-        return await self._client._send(protocol.get_extraction(job_id, format=format))
+        request = protocol.get_extraction(job_id, format=format)
+        return await self._client._call("get_extraction", request, options, parse=False)
 
     async def link_preview(
-        self, url: str, *, type: LinkType | None = None
+        self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
     ) -> APIResponse[LinkPreview]:
         """Like ``AsyncSearchClient.link_preview``, returning an ``APIResponse``."""
-        return await self._client._send(protocol.link_preview(url, type=type))
+        request = protocol.link_preview(url, type=type)
+        return await self._client._call("link_preview", request, options, parse=False)
 
     async def list_webhook_logs(
-        self, job_id: str | uuid.UUID
+        self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
     ) -> APIResponse[list[WebhookLogSummary]]:
         """Like ``AsyncSearchClient.list_webhook_logs``, returning an ``APIResponse``."""
-        return await self._client._send(protocol.list_webhook_logs(job_id))
+        request = protocol.list_webhook_logs(job_id)
+        return await self._client._call("list_webhook_logs", request, options, parse=False)
 
     async def get_webhook_log(
-        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID
+        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
     ) -> APIResponse[WebhookLog]:
         """Like ``AsyncSearchClient.get_webhook_log``, returning an ``APIResponse``."""
-        return await self._client._send(protocol.get_webhook_log(job_id, log_id))
+        request = protocol.get_webhook_log(job_id, log_id)
+        return await self._client._call("get_webhook_log", request, options, parse=False)
 
     def __repr__(self) -> str:
         return f"<RawResponseClient of {self._client!r}>"
@@ -360,6 +481,31 @@ class SearchPager(Pager[Y]):
     Leaving it in any way (exhausted, ``aclose``, ``async with``, an exception, cancellation, a
     bare ``break``) cancels a pending prefetch and sends nothing more.
     """
+
+    def __init__(self, *args: Any, span: LazySpan, **kwargs: Any) -> None:
+        self._span = span
+        super().__init__(*args, **kwargs)
+
+    async def __anext__(self) -> Y:
+        try:
+            return await super().__anext__()
+        except StopAsyncIteration:
+            self._span.end()
+            raise
+        except BaseException as exc:
+            if self._done:  # the walk ended with it
+                self._span.end(exc)
+            raise
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self._span.end()
+
+    def __del__(self) -> None:
+        super().__del__()
+        span = getattr(self, "_span", None)
+        if span is not None:
+            span.end()
 
 
 class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
@@ -423,20 +569,34 @@ class ExtractionResults(AsyncClosing, Generic[JobId]):
     in flight and sends no more requests.
     """
 
-    __slots__ = ("_outcomes",)
+    __slots__ = ("_outcomes", "_span")
 
-    def __init__(self, outcomes: FanOut[JobId, ExtractionResult[JobId]]) -> None:
+    def __init__(self, outcomes: FanOut[JobId, ExtractionResult[JobId]], span: LazySpan) -> None:
         self._outcomes = outcomes
+        self._span = span
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> ExtractionResult[JobId]:
-        return _result_of(await self._outcomes.__anext__())
+        try:
+            return _result_of(await self._outcomes.__anext__())
+        except StopAsyncIteration:
+            self._span.end()
+            raise
+        except BaseException as exc:
+            self._span.end(exc)  # the fan-out ends with whatever escapes it
+            raise
 
     async def aclose(self) -> None:
         """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
         await self._outcomes.aclose()
+        self._span.end()
+
+    def __del__(self) -> None:
+        span = getattr(self, "_span", None)
+        if span is not None:
+            span.end()
 
 
 def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[Id]:
@@ -507,6 +667,14 @@ class AsyncSearchClient:
         retry_search: "safe" (the default) retries a search that is not ``incognito`` only after
             failures that show it was not acted on (the connection never opened; a 408, 429 or
             503 answer), so it never leaves two history entries; "always" retries it like a GET.
+        tracing: make OpenTelemetry spans when ``opentelemetry-api`` is importable (the
+            ``otel`` extra); with no SDK configured they cost next to nothing.
+        trace_content: put the query text, image, request body and URL query on spans; not
+            given: env ``ASYNCSEARCH_TRACE_CONTENT`` (``1``, ``true``, ``yes``), else off.
+
+    Every endpoint method, pager and bulk helper also takes ``RequestOptions`` for one call:
+    ``timeout``, ``max_retries``, ``extra_headers``, ``extra_query`` (and ``extra_body`` on
+    searches).
 
     Raises ``ConfigurationError`` for a missing key or URL and for invalid options.
     """
@@ -531,6 +699,8 @@ class AsyncSearchClient:
         retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
         first_page: int = 1,
         retry_search: SearchRetryPolicy = "safe",
+        tracing: bool = True,
+        trace_content: bool | None = None,
     ) -> None:
         if api_key is None:
             api_key = os.environ.get(ENV_API_KEY)
@@ -557,6 +727,8 @@ class AsyncSearchClient:
             max_redirects=max_redirects,
             first_page=first_page,
             retry_search=retry_search,
+            tracing=tracing,
+            trace_content=trace_content,
         )
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
@@ -580,9 +752,15 @@ class AsyncSearchClient:
         max_redirects: object,
         first_page: object,
         retry_search: object,
+        tracing: object,
+        trace_content: object,
     ) -> _Options:
         if not isinstance(allow_http, bool):
             raise ConfigurationError("allow_http must be a bool")
+        if not isinstance(tracing, bool):
+            raise ConfigurationError("tracing must be a bool")
+        if trace_content is not None and not isinstance(trace_content, bool):
+            raise ConfigurationError("trace_content must be a bool or None")
         if ssl is not None and not isinstance(ssl, ssl_module.SSLContext):
             raise ConfigurationError("ssl must be an ssl.SSLContext or None")
         if base_id is not None:
@@ -614,6 +792,8 @@ class AsyncSearchClient:
             max_redirects=_check_number("max_redirects", max_redirects, minimum=0, integer=True),
             first_page=first_page,
             retry_search=cast(SearchRetryPolicy, retry_search),
+            tracing=tracing,
+            trace_content=trace_content,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -667,6 +847,8 @@ class AsyncSearchClient:
         max_redirects: int | NotGiven = NOT_GIVEN,
         first_page: int | NotGiven = NOT_GIVEN,
         retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
+        tracing: bool | NotGiven = NOT_GIVEN,
+        trace_content: bool | NotGiven | None = NOT_GIVEN,
     ) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
@@ -691,6 +873,8 @@ class AsyncSearchClient:
                 "max_redirects": max_redirects,
                 "first_page": first_page,
                 "retry_search": retry_search,
+                "tracing": tracing,
+                "trace_content": trace_content,
             }.items()
             if not isinstance(v, NotGiven)
         }
@@ -714,12 +898,19 @@ class AsyncSearchClient:
     # -- the request loop --------------------------------------------------------------------
 
     async def _send(
-        self, request: Request[T], *, pressure: AdaptiveConcurrency | None = None
+        self,
+        request: Request[T],
+        *,
+        pressure: AdaptiveConcurrency | None = None,
+        call: _Call | None = None,
+        span: CallSpan = NO_SPAN,
     ) -> APIResponse[T]:
         """Send a request with retries; return the success response or raise its error.
 
         ``pressure`` is told about successes and overload answers (429, 503, with their
-        ``Retry-After``), so that a bulk fetch can slow down as a whole.
+        ``Retry-After``), so that a bulk fetch can slow down as a whole. ``call`` holds the
+        call's own options (its extras already applied to ``request``); ``span`` gets the
+        retries.
         """
         opts = self._options
         shared = self._shared
@@ -727,7 +918,12 @@ class AsyncSearchClient:
             raise ClientClosedError("the client is closed")
         secret = opts.api_key.get()
         url = opts.base_url + request.target
-        headers = opts.headers_without_body if request.body is None else opts.headers_with_body
+        settings = opts if call is None else call
+        headers = (
+            settings.headers_without_body if request.body is None else settings.headers_with_body
+        )
+        timeout = settings.timeout
+        max_retries = settings.max_retries
         # May the request be sent again once it may have reached the service? See retry_search.
         idempotent = request.idempotent or opts.retry_search == "always"
         attempts = 0
@@ -740,7 +936,7 @@ class AsyncSearchClient:
                     url,
                     headers=headers,
                     body=request.body,
-                    timeout=opts.timeout,
+                    timeout=timeout,
                     max_response_bytes=opts.max_response_bytes,
                     max_redirects=opts.max_redirects,
                     ssl=opts.ssl,
@@ -761,10 +957,11 @@ class AsyncSearchClient:
                 timed_out = isinstance(exc, APITimeoutError)
                 if not protocol.is_retryable_connection_error(
                     exc, idempotent=idempotent
-                ) or not self._may_retry(attempts, after_timeout=timed_out):
+                ) or not self._may_retry(attempts, max_retries, after_timeout=timed_out):
                     raise
                 delay = self._backoff(attempts)
-                self._log_retry(request, path, attempts, delay, type(exc).__name__)
+                self._log_retry(request, path, attempts, max_retries, delay, type(exc).__name__)
+                span.retry(attempts, delay, type(exc).__name__)
                 await _sleep(delay)
                 continue
             except AsyncSearchError as exc:
@@ -819,14 +1016,15 @@ class AsyncSearchClient:
                     opts.max_retry_after,
                 )
                 raise error
-            if not self._may_retry(attempts, after_timeout=False):
+            if not self._may_retry(attempts, max_retries, after_timeout=False):
                 raise error
             delay = retry_after if retry_after is not None else self._backoff(attempts)
-            self._log_retry(request, path, attempts, delay, f"status {status}")
+            self._log_retry(request, path, attempts, max_retries, delay, f"status {status}")
+            span.retry(attempts, delay, f"status {status}")
             await _sleep(delay)
 
-    def _may_retry(self, attempts: int, *, after_timeout: bool) -> bool:
-        if attempts > self._options.max_retries:
+    def _may_retry(self, attempts: int, max_retries: int, *, after_timeout: bool) -> bool:
+        if attempts > max_retries:
             return False
         budget = self._shared.retry_budget
         if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
@@ -840,7 +1038,13 @@ class AsyncSearchClient:
         )
 
     def _log_retry(
-        self, request: Request[Any], path: str, attempts: int, delay: float, reason: str
+        self,
+        request: Request[Any],
+        path: str,
+        attempts: int,
+        max_retries: int,
+        delay: float,
+        reason: str,
     ) -> None:
         logger.info(
             "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
@@ -848,7 +1052,7 @@ class AsyncSearchClient:
             path,
             delay,
             attempts,
-            self._options.max_retries + 1,
+            max_retries + 1,
             reason,
         )
 
@@ -867,10 +1071,56 @@ class AsyncSearchClient:
                 f"{name} must be >= {first}, the client's first_page, got {page}"
             )
 
-    def _search_request(self, text: str | None, params: SearchParams) -> Request[SearchPage]:
+    @overload
+    async def _call(
+        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[True]
+    ) -> T: ...
+
+    @overload
+    async def _call(
+        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[False]
+    ) -> APIResponse[T]: ...
+
+    async def _call(
+        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: bool
+    ) -> T | APIResponse[T]:
+        """Send one call's request under its span; its ``APIResponse``, or parsed if ``parse``."""
+        call = _call_options(self._options, options, name)
+        if call is not None:
+            request = call.apply(request)
+        with self._options.tracer.call(name, request) as span:
+            response = await self._send(request, call=call, span=span)
+            span.answered(response)
+            return response.parse() if parse else response
+
+    async def _search(
+        self, text: str | None, embeddings: bool, params: SearchCallParams, *, parse: bool
+    ) -> Any:
         self._check_open()
-        self._check_page("page", params.get("page"))
-        return protocol.search(text, **params)
+        options = {k: v for k, v in params.items() if k in _SEARCH_OPTIONS}
+        search_params = cast(
+            SearchParams, {k: v for k, v in params.items() if k not in _SEARCH_OPTIONS}
+        )
+        self._check_page("page", search_params.get("page"))
+        request: Request[Any] = protocol.search(text, **search_params)
+        if not embeddings:
+            request = protocol.without_embeddings(request)
+        call = _call_options(self._options, options, "search", search=True)
+        if call is not None:
+            request = call.apply(request)
+        page_number = search_params.get("page")
+        with self._options.tracer.call(
+            "search",
+            request,
+            attributes=None if page_number is None else {"asyncsearch.search.page": page_number},
+        ) as span:
+            response = await self._send(request, call=call, span=span)
+            span.answered(response)
+            if not parse:
+                return response
+            page = response.parse()
+            span.set("asyncsearch.search.hits", len(page.hits))
+            return page
 
     @overload
     async def search(
@@ -878,7 +1128,7 @@ class AsyncSearchClient:
         text: str | None = None,
         *,
         embeddings: Literal[True] = True,
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> SearchPage: ...
 
     @overload
@@ -887,7 +1137,7 @@ class AsyncSearchClient:
         text: str | None = None,
         *,
         embeddings: Literal[False],
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> LeanSearchPage: ...
 
     @overload
@@ -896,16 +1146,22 @@ class AsyncSearchClient:
         text: str | None = None,
         *,
         embeddings: bool,
-        **params: Unpack[SearchParams],
+        **params: Unpack[SearchCallParams],
     ) -> SearchPage | LeanSearchPage: ...
 
     async def search(
-        self, text: str | None = None, *, embeddings: bool = True, **params: Unpack[SearchParams]
+        self,
+        text: str | None = None,
+        *,
+        embeddings: bool = True,
+        **params: Unpack[SearchCallParams],
     ) -> SearchPage | LeanSearchPage:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
-        ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``.
+        ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``;
+        and the call's options (``SearchOptions``: ``timeout``, ``max_retries``,
+        ``extra_headers``, ``extra_query``, ``extra_body``).
         ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
         ``None`` are not sent. ``embeddings=False`` decodes the hits without their embeddings
         (``LeanSearchPage``): faster, and a fraction of the memory, for callers that do not need
@@ -913,31 +1169,44 @@ class AsyncSearchClient:
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
         """
-        request = self._search_request(text, params)
-        if not embeddings:
-            return (await self._send(protocol.without_embeddings(request))).parse()
-        return (await self._send(request)).parse()
+        return cast(
+            "SearchPage | LeanSearchPage", await self._search(text, embeddings, params, parse=True)
+        )
 
     async def get_extraction(
-        self, job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
+        self,
+        job_id: str | uuid.UUID,
+        *,
+        format: ExtractionFormat | None = None,
+        **options: Unpack[RequestOptions],
     ) -> ExtractionJob:
         """The result of an extraction job; ``format`` is "json" or "markdown".
 
         Raises ``NotFoundError`` when the job does not exist.
         """
-        return (await self._send(protocol.get_extraction(job_id, format=format))).parse()
+        request = protocol.get_extraction(job_id, format=format)
+        return await self._call("get_extraction", request, options, parse=True)
 
-    async def link_preview(self, url: str, *, type: LinkType | None = None) -> LinkPreview:
+    async def link_preview(
+        self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
+    ) -> LinkPreview:
         """Open-graph data of a URL; ``type`` is "cache" or "link"."""
-        return (await self._send(protocol.link_preview(url, type=type))).parse()
+        request = protocol.link_preview(url, type=type)
+        return await self._call("link_preview", request, options, parse=True)
 
-    async def list_webhook_logs(self, job_id: str | uuid.UUID) -> list[WebhookLogSummary]:
+    async def list_webhook_logs(
+        self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
+    ) -> list[WebhookLogSummary]:
         """The webhook delivery attempts of an extraction job, in summary form."""
-        return (await self._send(protocol.list_webhook_logs(job_id))).parse()
+        request = protocol.list_webhook_logs(job_id)
+        return await self._call("list_webhook_logs", request, options, parse=True)
 
-    async def get_webhook_log(self, job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> WebhookLog:
+    async def get_webhook_log(
+        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
+    ) -> WebhookLog:
         """One webhook delivery attempt with its request payload and response body."""
-        return (await self._send(protocol.get_webhook_log(job_id, log_id))).parse()
+        request = protocol.get_webhook_log(job_id, log_id)
+        return await self._call("get_webhook_log", request, options, parse=True)
 
     # -- paging ------------------------------------------------------------------------------
 
@@ -951,7 +1220,7 @@ class AsyncSearchClient:
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: Literal[True] = True,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchPage]: ...
 
     @overload
@@ -964,7 +1233,7 @@ class AsyncSearchClient:
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: Literal[False],
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[LeanSearchPage]: ...
 
     @overload
@@ -977,7 +1246,7 @@ class AsyncSearchClient:
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: bool,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]: ...
 
     def search_pages(
@@ -989,7 +1258,7 @@ class AsyncSearchClient:
         prefetch: bool = True,
         dedupe: bool = False,
         embeddings: bool = True,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
@@ -999,9 +1268,9 @@ class AsyncSearchClient:
         service ignoring the page number; a WARNING is logged) or at ``max_pages`` (logged at
         DEBUG: a cap you asked for). With ``prefetch`` the next page is requested while the
         caller works on the current one. ``dedupe`` drops hits already yielded in this walk.
-        Arguments are validated now, before anything is sent.
+        The call's options (``SearchOptions``) apply to every page's request. Arguments are
+        validated now, before anything is sent.
         """
-        protocol.check_search_params("search_pages", params, page=False)
         return self._pager(
             "pages",
             text,
@@ -1025,7 +1294,7 @@ class AsyncSearchClient:
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: Literal[True] = True,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchHit]: ...
 
     @overload
@@ -1039,7 +1308,7 @@ class AsyncSearchClient:
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: Literal[False],
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[LeanSearchHit]: ...
 
     @overload
@@ -1053,7 +1322,7 @@ class AsyncSearchClient:
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: bool,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]: ...
 
     def search_hits(
@@ -1066,14 +1335,13 @@ class AsyncSearchClient:
         dedupe: bool = False,
         max_items: int | None = None,
         embeddings: bool = True,
-        **params: Unpack[SearchWalkParams],
+        **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
         without fetching pages it does not need.
         """
-        protocol.check_search_params("search_hits", params, page=False)
         return self._pager(
             "items",
             text,
@@ -1090,7 +1358,7 @@ class AsyncSearchClient:
         self,
         mode: Literal["pages", "items"],
         text: str | None,
-        params: SearchWalkParams,
+        all_params: SearchWalkCallParams,
         *,
         start_page: int | None,
         max_pages: int | None,
@@ -1100,10 +1368,33 @@ class AsyncSearchClient:
         embeddings: bool,
     ) -> SearchPager[Any]:
         self._check_open()
+        function = "search_pages" if mode == "pages" else "search_hits"
+        options = {k: v for k, v in all_params.items() if k in _SEARCH_OPTIONS}
+        params = cast(
+            SearchWalkParams, {k: v for k, v in all_params.items() if k not in _SEARCH_OPTIONS}
+        )
+        protocol.check_search_params(function, params, page=False)
         self._check_page("start_page", start_page)
         first = self._options.first_page if start_page is None else start_page
         # Validates every argument now, so a bad one fails at the call, not at the first page.
+        call = _call_options(self._options, options, function, search=True)
         protocol.search(text, **params, page=first)
+        tracer = self._options.tracer
+        walk = LazySpan(
+            tracer,
+            function,
+            {"asyncsearch.search.text": text} if tracer.content and text is not None else None,
+        )
+
+        def page_request(number: int) -> Request[Any]:
+            request: Request[Any] = protocol.search(text, **params, page=number)
+            if not embeddings:
+                request = protocol.without_embeddings(request)
+            return request if call is None else call.apply(request)
+
+        def page_taken(number: int, page: SearchPage | LeanSearchPage) -> None:
+            hits = {"asyncsearch.search.page": number, "asyncsearch.search.hits": len(page.hits)}
+            walk.event("asyncsearch.page", hits)
 
         # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
         # the public overloads of search_pages/search_hits state the precise result.
@@ -1114,12 +1405,15 @@ class AsyncSearchClient:
         held: list[bytes] = [b""]
 
         async def fetch_page(number: int) -> Any:
-            request: Request[Any] = protocol.search(text, **params, page=number)
-            if not embeddings:
-                request = protocol.without_embeddings(request)
-            response = await self._send(request)
-            held[0] = response.content
-            return response.parse()
+            request = page_request(number)
+            with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
+                response = await self._send(request, call=call, span=span)
+                span.answered(response)
+                held[0] = response.content
+                page = response.parse()
+                span.set("asyncsearch.search.hits", len(page.hits))
+            page_taken(number, page)
+            return page
 
         # Pipelined walk of full pages: a page with embeddings takes about as long to decode as
         # a round trip, so the next request goes out before the page is decoded. Whether there
@@ -1134,10 +1428,18 @@ class AsyncSearchClient:
         # Lean pages are cheap to decode in full: no view, no pipelining. Without prefetch
         # there is nothing to overlap, so the page is decoded in one go.
         async def fetch_received(number: int) -> _ReceivedPage:
-            response = await self._send(protocol.search(text, **params, page=number))
+            request = page_request(number)
+            with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
+                response = await self._send(request, call=call, span=span)
+                span.answered(response)
             repeated = response.content == held[0]
             held[0] = response.content
-            return _ReceivedPage(response, repeated=repeated)
+            return _ReceivedPage(response, number, repeated=repeated)
+
+        def decode_received(received: _ReceivedPage) -> SearchPage:
+            page = received.response.parse()
+            page_taken(received.number, page)
+            return page
 
         pipelined = embeddings and prefetch
         return SearchPager(
@@ -1154,9 +1456,10 @@ class AsyncSearchClient:
             prefetch=prefetch,
             dedupe=dedupe,
             logger=logger,
-            decode_page=_decode_received if pipelined else None,
+            decode_page=decode_received if pipelined else None,
             peek=_received_continues if pipelined else None,
             page_size=params.get("page_size"),
+            span=walk,
         )
 
     # -- bulk extraction results -------------------------------------------------------------
@@ -1169,6 +1472,7 @@ class AsyncSearchClient:
         ordered: bool = False,
         format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> ExtractionResults[Id]:
         """Fetch many extraction jobs concurrently, yielding one ``ExtractionResult`` per id.
 
@@ -1180,18 +1484,22 @@ class AsyncSearchClient:
         occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
         ``len(job_ids)`` when it has a length (a list, a tuple, a set) and ``None`` when it has
         not (a generator, an iterator, an async iterable): ``done`` still counts every id.
-        Raises ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or
-        ``uuid.UUID`` instead of an iterable of them) and bad arguments.
+        The call's options (``RequestOptions``) apply to every request. Raises
+        ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or ``uuid.UUID``
+        instead of an iterable of them) and bad arguments.
         """
         _check_job_ids(job_ids)
+        span = LazySpan(self._options.tracer, "iter_extractions")
         outcomes = self._extraction_fan_out(
             job_ids,
             concurrency=concurrency,
             ordered=ordered,
             format=format,
             on_progress=on_progress,
+            call=_call_options(self._options, options, "iter_extractions"),
+            span=span,
         )
-        return ExtractionResults(outcomes)
+        return ExtractionResults(outcomes, span)
 
     def _extraction_fan_out(
         self,
@@ -1201,6 +1509,8 @@ class AsyncSearchClient:
         ordered: bool,
         format: ExtractionFormat | None,
         on_progress: Callable[[int, int | None], object] | None,
+        call: _Call | None,
+        span: LazySpan,
     ) -> FanOut[Id, ExtractionResult[Id]]:
         self._check_open()
         protocol.check_extraction_format(format)
@@ -1213,16 +1523,28 @@ class AsyncSearchClient:
         # comes, nothing more is sent and every id not sent yet gets the error too.
         refused: list[APIStatusError] = []
 
+        counts = span.totals  # set on the call's span when it ends
+        counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
+
         async def fetch(job_id: Id) -> ExtractionResult[Id]:
+            counts["asyncsearch.bulk.ids"] += 1
             if refused:
+                counts["asyncsearch.bulk.failed"] += 1
                 return ExtractionFailure(job_id=job_id, error=_not_sent(refused[0]))
             try:
                 request = protocol.get_extraction(job_id, format=format)
-                job = (await self._send(request, pressure=pressure)).parse()
+                if call is not None:
+                    request = call.apply(request)
+                with span.child("get_extraction", request) as child:
+                    response = await self._send(request, pressure=pressure, call=call, span=child)
+                    child.answered(response)
+                    job = response.parse()
             except (AuthenticationError, PermissionDeniedError) as exc:
                 refused.append(exc)
+                counts["asyncsearch.bulk.failed"] += 1
                 return ExtractionFailure(job_id=job_id, error=exc)
             except AsyncSearchError as exc:
+                counts["asyncsearch.bulk.failed"] += 1
                 return ExtractionFailure(job_id=job_id, error=exc)
             return ExtractionSuccess(job_id=job_id, job=job)
 
@@ -1242,6 +1564,7 @@ class AsyncSearchClient:
         concurrency: int = 16,
         format: ExtractionFormat | None = None,
         on_progress: Callable[[int, int | None], object] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> list[ExtractionResult[Id]]:
         """Fetch many extraction jobs concurrently and return their results in input order.
 
@@ -1255,14 +1578,23 @@ class AsyncSearchClient:
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
         # nothing is gained by waking this task once per result as iter_extractions must.
         _check_job_ids(job_ids)
-        async with self._extraction_fan_out(
-            job_ids,
-            concurrency=concurrency,
-            ordered=False,
-            format=format,
-            on_progress=on_progress,
-        ) as outcomes:
-            return await outcomes._gather(_result_of)
+        span = LazySpan(self._options.tracer, "gather_extractions")
+        try:
+            async with self._extraction_fan_out(
+                job_ids,
+                concurrency=concurrency,
+                ordered=False,
+                format=format,
+                on_progress=on_progress,
+                call=_call_options(self._options, options, "gather_extractions"),
+                span=span,
+            ) as outcomes:
+                results = await outcomes._gather(_result_of)
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
+        return results
 
     async def wait_for_extraction(
         self,
@@ -1270,7 +1602,8 @@ class AsyncSearchClient:
         *,
         until: Callable[[ExtractionJob], bool] | Collection[str] | None = None,
         interval: float = 1.0,
-        timeout: float = 300.0,
+        max_wait: float = 300.0,
+        **options: Unpack[RequestOptions],
     ) -> ExtractionJob:
         """Poll a job until it is no longer in progress, and return it.
 
@@ -1280,33 +1613,48 @@ class AsyncSearchClient:
         at INFO). ``until`` takes the states to wait for instead (``until={"processing"}``) or
         a predicate of the job (``until=lambda job: job.extraction is not None``). The interval
         grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying the last job
-        seen in ``.job``) when ``timeout`` seconds pass, including time spent in requests;
-        errors that are not retried, such as ``NotFoundError``, propagate at once.
+        seen in ``.job``) when ``max_wait`` seconds pass, including time spent in requests;
+        errors that are not retried, such as ``NotFoundError``, propagate at once. The call's
+        options (``RequestOptions``; ``timeout`` is per attempt, as everywhere) apply to every
+        poll.
         """
         request = protocol.get_extraction(job_id)
-        for name, value in (("interval", interval), ("timeout", timeout)):
+        for name, value in (("interval", interval), ("max_wait", max_wait)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
+        call = _call_options(self._options, options, "wait_for_extraction")
+        if call is not None:
+            request = call.apply(request)
         done = _not_in_progress if until is None else _until(until)
+        span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
         attempts = 0
         delay = float(interval)
-        with anyio.move_on_after(timeout) as scope:
-            while True:
-                response = await self._send(request)
-                attempts += response.attempts
-                last = response.parse()
-                if done(last):
-                    return last
-                await _sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
-                delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
-        assert scope.cancelled_caught
-        state = last.state if last is not None else None
-        raise WaitTimeoutError(
-            f"extraction job {job_id} was not done after {timeout:g}s (last state: {state!r})",
-            job=last,
-            attempts=attempts,
-        )
+        try:
+            with anyio.move_on_after(max_wait) as scope:
+                while True:
+                    with span.child("get_extraction", request) as child:
+                        response = await self._send(request, call=call, span=child)
+                        child.answered(response)
+                        last = response.parse()
+                    attempts += response.attempts
+                    if done(last):
+                        if last.state is not None:
+                            span.set("asyncsearch.job.state", last.state)
+                        span.end()
+                        return last
+                    await _sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
+                    delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
+            assert scope.cancelled_caught
+            state = last.state if last is not None else None
+            raise WaitTimeoutError(
+                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})",
+                job=last,
+                attempts=attempts,
+            )
+        except BaseException as exc:
+            span.end(exc)
+            raise
 
 
 #: The job states ``wait_for_extraction`` has already said it does not know (logged once each).
@@ -1350,10 +1698,11 @@ class _ReceivedPage:
     (``search_page_continues``) is the pager's ``peek``, read without the view.
     """
 
-    __slots__ = ("_head", "continues", "response")
+    __slots__ = ("_head", "continues", "number", "response")
 
-    def __init__(self, response: APIResponse[SearchPage], *, repeated: bool) -> None:
+    def __init__(self, response: APIResponse[SearchPage], number: int, *, repeated: bool) -> None:
         self.response = response
+        self.number = number
         self.continues = None if repeated else protocol.search_page_continues(response.content)
         self._head: SearchPageHead | None = None
 
@@ -1389,10 +1738,6 @@ class _ReceivedPage:
 
 def _received_continues(received: _ReceivedPage) -> bool | None:
     return received.continues
-
-
-def _decode_received(received: _ReceivedPage) -> SearchPage:
-    return received.response.parse()
 
 
 def _replace_hits(page: Any, hits: list[Any]) -> Any:

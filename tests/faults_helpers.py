@@ -33,7 +33,7 @@ __all__ = [
 
 @dataclass
 class RawRequest:
-    """One request as read off the wire; header names are lower-cased."""
+    """One request as read off the wire; header names are lower-cased, repeated ones joined."""
 
     index: int
     connection: int
@@ -218,7 +218,9 @@ class RawServer:
         for line in lines[1:]:
             if line:
                 name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
+                name, value = name.strip().lower(), value.strip()
+                # A header sent twice reads as one, its values joined (RFC 9110 section 5.3).
+                headers[name] = f"{headers[name]}, {value}" if name in headers else value
         length = int(headers.get("content-length", "0"))
         body = await conn.reader.readexactly(length) if length else b""
         return RawRequest(len(self.seen), conn.number, method, target, headers, body)

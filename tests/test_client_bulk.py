@@ -747,7 +747,7 @@ async def test_wait_for_extraction_times_out_with_the_last_job(serve: Serve) -> 
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         started = time.monotonic()
         with pytest.raises(WaitTimeoutError) as info:
-            await client.wait_for_extraction(job_ids(1)[0], interval=0.05, timeout=0.3)
+            await client.wait_for_extraction(job_ids(1)[0], interval=0.05, max_wait=0.3)
         assert time.monotonic() - started < 1.0 * TIME_SCALE  # a liveness bound, scaled
     assert isinstance(info.value, TimeoutError)
     assert isinstance(info.value.job, ExtractionJob)
@@ -767,7 +767,7 @@ async def test_wait_deadline_covers_a_hanging_request(serve: Serve) -> None:
     try:
         async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
             with pytest.raises(WaitTimeoutError) as info:
-                await client.wait_for_extraction(job_ids(1)[0], timeout=0.2)
+                await client.wait_for_extraction(job_ids(1)[0], max_wait=0.2)
     finally:
         release.set()
     assert info.value.job is None

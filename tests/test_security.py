@@ -232,13 +232,32 @@ def test_a_key_in_the_base_url_is_refused_without_echoing_it() -> None:
 
 async def test_extra_headers_cannot_replace_the_key_or_the_base() -> None:
     async with raw_server(job_answer()) as server:
-        headers = {"x-api-key": "someone-else", "X-SERVICE-BASE-ID": "other-base", "X-Trace": "1"}
+        # The client's own headers: refused when the client is made, the value never echoed.
+        for name in ("x-api-key", "X-SERVICE-BASE-ID"):
+            with pytest.raises(ConfigurationError, match=f"cannot set {name}") as caught:
+                make_client(server, headers={name: "someone-else"})
+            assert "someone-else" not in str(caught.value)
+        headers = {"X-Trace": "1", "user-agent": "mine/1"}
         async with make_client(server, headers=headers, base_id="mine") as client:
+            # A call's extra headers: refused before anything is sent.
+            for name in ("X-Api-Key", "x-service-base-id"):
+                with pytest.raises(InvalidRequestError, match=f"cannot set {name}"):
+                    await client.get_extraction(JOB_ID, extra_headers={name: "someone-else"})
+                with pytest.raises(InvalidRequestError, match=f"cannot set {name}"):
+                    await client.gather_extractions([JOB_ID], extra_headers={name: "x"})
+            assert server.seen == []
+            await client.get_extraction(JOB_ID, extra_headers={"x-trace": "2", "X-Call": "c"})
             await client.get_extraction(JOB_ID)
-    (seen,) = server.seen
-    assert seen.headers["x-api-key"] == API_KEY
-    assert seen.headers["x-service-base-id"] == "mine"
-    assert seen.headers["x-trace"] == "1"
+    first, second = server.seen
+    for seen in (first, second):
+        assert seen.headers["x-api-key"] == API_KEY
+        assert seen.headers["x-service-base-id"] == "mine"
+        # One header of a name, whatever the case it was given in.
+        assert seen.headers["user-agent"] == "mine/1"
+    assert first.headers["x-trace"] == "2"
+    assert first.headers["x-call"] == "c"
+    assert second.headers["x-trace"] == "1"
+    assert "x-call" not in second.headers
 
 
 # -- ids cannot change the path ------------------------------------------------------------------
@@ -293,7 +312,7 @@ ID_CALLS: dict[str, IdCall] = {
     "raw get_webhook_log": lambda c, bad: c.with_raw_response.get_webhook_log(JOB_ID, bad),
     "search resource_id": lambda c, bad: c.search(resource_id=bad),
     "search queries": lambda c, bad: c.search(queries=[{"resourceId": bad}]),
-    "wait_for_extraction": lambda c, bad: c.wait_for_extraction(bad, timeout=1),
+    "wait_for_extraction": lambda c, bad: c.wait_for_extraction(bad, max_wait=1),
     "gather_extractions": first_result_error,
     "iter_extractions": first_iterated_error,
 }
@@ -469,7 +488,7 @@ async def test_the_key_is_in_no_log_no_repr_and_no_error(
         await expect_error(clients["ok"].get_extraction("not an id"))
         await expect_error(
             clients["pending"].wait_for_extraction(
-                JOB_ID, until=lambda job: False, interval=0.01, timeout=0.2
+                JOB_ID, until=lambda job: False, interval=0.01, max_wait=0.2
             )
         )
         raw = await clients["ok"].with_raw_response.get_extraction(JOB_ID)

@@ -271,7 +271,7 @@ def test_under_trio_every_entry_point_says_asyncio_only() -> None:
         client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", max_retries=0)
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: client.get_extraction(JOB_ID),
-            lambda: client.wait_for_extraction(JOB_ID, timeout=5),
+            lambda: client.wait_for_extraction(JOB_ID, max_wait=5),
             lambda: client.search_pages("x").__anext__(),
             lambda: client.search_hits("x", prefetch=False).__anext__(),
             lambda: client.iter_extractions([JOB_ID]).__anext__(),

@@ -1,4 +1,4 @@
-"""What a type checker sees: ``mypy --strict`` on small snippets of user code.
+"""What a type checker sees: ``mypy --strict`` and pyright strict on small snippets of user code.
 
 These prove promises that only exist for a type checker (narrowing, Literal arguments, overload
 return types); the runtime side is tested elsewhere.
@@ -6,6 +6,7 @@ return types); the runtime side is tested elsewhere.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mypy", reason="the typing tests run mypy (in the test extra)")
+pytest.importorskip("pyright", reason="the typing tests run pyright (in the test extra)")
 
 _TIMEOUT = 120
 
@@ -29,13 +31,15 @@ from asyncsearch import (
     LeanSearchPage,
     SearchPage,
     APIResponse,
+    RequestOptions,
+    Timeout,
     WaitTimeoutError,
 )
 
 
 def narrow(result: ExtractionResult) -> str:
-    if result.ok:
-        # No second None check: .ok narrows the union.
+    if result.ok is True:
+        # No second None check: .ok narrows the union (mypy also on a bare `if result.ok:`).
         assert_type(result, ExtractionSuccess)
         assert_type(result.job, ExtractionJob)
         return result.job.id
@@ -66,9 +70,32 @@ async def plain_values(client: AsyncSearchClient, flag: bool, ids: list[str]) ->
         async for result in iterated:
             assert_type(result.job_id, str)
     try:
-        await client.wait_for_extraction(ids[0], timeout=1)
+        await client.wait_for_extraction(ids[0], max_wait=1)
     except WaitTimeoutError as exc:
         assert_type(exc.job, ExtractionJob | None)
+
+
+async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
+    page = await client.search(
+        "q",
+        page=2,
+        timeout=5,
+        max_retries=0,
+        extra_headers={"X-Trace": "1"},
+        extra_query={"debug": True, "n": 2},
+        extra_body={"newField": [1, 2]},
+    )
+    assert_type(page, SearchPage)
+    await client.get_extraction("id", format="json", timeout=Timeout(read=5), extra_query={})
+    raw = await client.with_raw_response.get_webhook_log("j", "l", timeout=None)
+    assert_type(raw.request_id, str | None)
+    await client.gather_extractions(ids, concurrency=4, max_retries=1, extra_headers={"X": "y"})
+    async with client.search_pages("q", extra_body={"x": 1}, timeout=2.5) as pages:
+        async for one in pages:
+            assert_type(one, SearchPage)
+    await client.wait_for_extraction("id", max_wait=60, timeout=10)
+    options: RequestOptions = {"timeout": 3, "max_retries": 1}
+    await client.link_preview("https://example.com", **options)
 """
 
 BAD = """
@@ -84,6 +111,10 @@ async def typos(client: AsyncSearchClient) -> None:
     await client.link_preview("https://example.com", type="cached")
     await client.search("q", pagesize=10)
     client.search_pages("q", page=2)
+    await client.get_extraction("id", extra_body={"a": 1})
+    await client.search("q", timeout="5")
+    await client.gather_extractions(["id"], max_retries="1")
+    await client.list_webhook_logs("id", extra_headers={"X": 1})
 """
 
 
@@ -122,4 +153,47 @@ def test_typos_in_closed_sets_and_argument_names_fail_type_checking(tmp_path: Pa
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     lines = sorted({int(line.split(":")[1]) for line in errors})
     # One error per line of BAD that holds a mistake, and nothing else.
-    assert lines == [6, 10, 11, 12, 13], result.stdout
+    assert lines == BAD_LINES, result.stdout
+
+
+#: The lines of BAD that hold a mistake.
+BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17]
+
+
+def _pyright(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "snippet.py").write_text(textwrap.dedent(code))
+    config = {"typeCheckingMode": "strict", "pythonVersion": "3.11", "include": ["snippet.py"]}
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps(config))
+    return subprocess.run(
+        [sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson"],
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+        cwd=tmp_path,
+        check=False,
+    )
+
+
+def _pyright_error_lines(result: subprocess.CompletedProcess[str]) -> list[int]:
+    report = json.loads(result.stdout)
+    # pyright counts lines from 0.
+    return sorted(
+        {
+            d["range"]["start"]["line"] + 1
+            for d in report["generalDiagnostics"]
+            if d["severity"] == "error"
+        }
+    )
+
+
+@pytest.mark.timeout(_TIMEOUT * 2)
+def test_pyright_strict_accepts_typed_code(tmp_path: Path) -> None:
+    result = _pyright(tmp_path, GOOD)
+    assert _pyright_error_lines(result) == [], result.stdout
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.timeout(_TIMEOUT * 2)
+def test_pyright_strict_finds_the_same_mistakes(tmp_path: Path) -> None:
+    result = _pyright(tmp_path, BAD)
+    assert _pyright_error_lines(result) == BAD_LINES, result.stdout

@@ -1,0 +1,282 @@
+"""OpenTelemetry spans of the client's calls, made when ``opentelemetry-api`` is importable.
+
+opentelemetry-api is never a dependency (the ``otel`` extra installs it). When it can be
+imported, every call makes a span named ``asyncsearch.<method>`` from the global tracer
+provider: a CLIENT span per request call (covering its retries), and for a pager, a bulk call or
+a wait, an INTERNAL parent span with a child per request. With no SDK configured the API hands
+back a span that records nothing; such a call gets ``NO_SPAN`` and nothing more is done for it
+(no attribute is computed, no context attached), and the children of a parent that records
+nothing are not even started.
+
+What a span holds: the stable HTTP semantic-convention attributes (``http.request.method``,
+``server.address``, ``server.port``, ``url.full`` without its query, ``http.response.status_code``,
+``error.type``), ``asyncsearch.attempts``, ``asyncsearch.request_id``, retries as
+``asyncsearch.retry`` events with their reason, and the page number and hit count of search
+pages. Never a header (so never the API key), and the query text, image, request body and URL
+query only when ``trace_content`` is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
+
+    from ._protocol import Request
+
+__all__ = ["NO_SPAN", "CallSpan", "LazySpan", "Tracing"]
+
+
+class Answer(Protocol):
+    """What a span reads of an answer (an ``APIResponse``)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def request_id(self) -> str | None: ...
+
+    attempts: int
+
+
+#: Turns ``trace_content`` on when the client is not given it: "1", "true" or "yes".
+ENV_TRACE_CONTENT = "ASYNCSEARCH_TRACE_CONTENT"
+
+_UNKNOWN: Any = object()
+_tracer: Any = _UNKNOWN
+# opentelemetry's modules, once imported (by _get_tracer, on the first call of a client).
+_trace: Any = None
+_context: Any = None
+
+
+def _get_tracer() -> Tracer | None:
+    """The package's tracer, or None without opentelemetry-api; imported on first use only."""
+    global _tracer, _trace, _context
+    if _tracer is _UNKNOWN:
+        try:
+            from opentelemetry import context, trace
+        except ImportError:
+            _tracer = None
+        else:
+            _trace, _context = trace, context
+            # A proxy until the application sets a provider, then that provider's tracer.
+            _tracer = trace.get_tracer("asyncsearch", __version__)
+    return _tracer  # type: ignore[no-any-return]
+
+
+class CallSpan:
+    """The span of one call. This base records nothing: it is ``NO_SPAN``."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> CallSpan:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    @property
+    def context(self) -> Context | None:
+        """The context that makes a child of this span; None when it records nothing."""
+        return None
+
+    def answered(self, answer: Answer) -> None:
+        """Record the answer a call returns with."""
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None:
+        """Record that attempt ``attempt`` failed for ``reason`` and is retried in ``delay`` s."""
+
+    def set(self, name: str, value: Any) -> None:
+        """Set one attribute."""
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """Add one event."""
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the span (once; later calls do nothing), recording ``error`` if given."""
+
+
+NO_SPAN = CallSpan()
+
+
+class _Recording(CallSpan):
+    __slots__ = ("_ended", "_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._token: object = None
+        self._ended = False
+
+    def __enter__(self) -> CallSpan:
+        # Current while the request runs: spans of an instrumented aiohttp nest under it.
+        self._token = _context.attach(_trace.set_span_in_context(self._span))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _context.detach(self._token)
+            self._token = None
+        self.end(exc)
+
+    @property
+    def context(self) -> Context | None:
+        return _trace.set_span_in_context(self._span)  # type: ignore[no-any-return]
+
+    def answered(self, answer: Answer) -> None:
+        self._span.set_attribute("http.response.status_code", answer.status_code)
+        self._span.set_attribute("asyncsearch.attempts", answer.attempts)
+        request_id = answer.request_id
+        if request_id is not None:
+            self._span.set_attribute("asyncsearch.request_id", request_id)
+
+    def retry(self, attempt: int, delay: float, reason: str) -> None:
+        self._span.add_event(
+            "asyncsearch.retry",
+            {
+                "asyncsearch.attempt": attempt,
+                "asyncsearch.retry.reason": reason,
+                "asyncsearch.retry.delay": delay,
+            },
+        )
+
+    def set(self, name: str, value: Any) -> None:
+        self._span.set_attribute(name, value)
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        self._span.add_event(name, attributes)
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        span = self._span
+        if error is not None:
+            # Only names and numbers: a message may quote what the caller sent.
+            attempts = getattr(error, "attempts", None)
+            if attempts is not None:
+                span.set_attribute("asyncsearch.attempts", attempts)
+            status_code = getattr(error, "status_code", None)
+            if isinstance(status_code, int):
+                span.set_attribute("http.response.status_code", status_code)
+            request_id = getattr(error, "request_id", None)
+            if isinstance(request_id, str):
+                span.set_attribute("asyncsearch.request_id", request_id)
+            if isinstance(error, Exception):
+                span.set_attribute("error.type", type(error).__qualname__)
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__qualname__))
+            else:
+                # Cancelled (or the process is exiting): the call ended, nothing failed.
+                span.set_attribute("asyncsearch.cancelled", True)
+        span.end()
+
+
+class Tracing:
+    """A client's tracing settings; ``call`` starts the span of one call."""
+
+    __slots__ = ("_base_url", "_server", "content", "enabled")
+
+    def __init__(self, *, base_url: str, enabled: bool, content: bool) -> None:
+        self.enabled = enabled
+        self.content = content
+        self._base_url = base_url
+        parts = urlsplit(base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._server: dict[str, str | int] = {
+            "server.address": parts.hostname or "",
+            "server.port": port,
+        }
+
+    def call(
+        self,
+        name: str,
+        request: Request[Any] | None = None,
+        *,
+        parent: CallSpan | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> CallSpan:
+        """The span of a call named ``asyncsearch.<name>``: a CLIENT span for ``request``, an
+        INTERNAL one (a pager's, a bulk call's) without; a child of ``parent`` when given."""
+        if not self.enabled:
+            return NO_SPAN
+        tracer = _get_tracer()
+        if tracer is None:
+            return NO_SPAN
+        context = None
+        if parent is not None:
+            context = parent.context
+            if context is None:
+                return NO_SPAN  # the parent records nothing: neither would its children
+        kind = _trace.SpanKind.INTERNAL if request is None else _trace.SpanKind.CLIENT
+        span = tracer.start_span(f"asyncsearch.{name}", context=context, kind=kind)
+        if not span.is_recording():
+            return NO_SPAN
+        if request is not None:
+            target = request.target if self.content else request.path
+            span.set_attributes(
+                {
+                    "http.request.method": request.method,
+                    "url.full": self._base_url + target,
+                    **self._server,
+                }
+            )
+            if self.content and request.body is not None:
+                span.set_attribute("asyncsearch.request.body", request.body.decode())
+        if attributes:
+            span.set_attributes(attributes)
+        return _Recording(span)
+
+
+class LazySpan:
+    """The span of a pager, a bulk call or a wait: started with its first child, ended once."""
+
+    __slots__ = ("_attributes", "_name", "_span", "_tracing", "totals")
+
+    def __init__(
+        self, tracing: Tracing, name: str, attributes: Mapping[str, Any] | None = None
+    ) -> None:
+        self._tracing = tracing
+        self._name = name
+        self._attributes = attributes
+        self._span: CallSpan | None = None
+        #: Counts kept while the call runs, set as attributes when the span ends.
+        self.totals: dict[str, int] = {}
+
+    def child(
+        self, name: str, request: Request[Any], attributes: Mapping[str, Any] | None = None
+    ) -> CallSpan:
+        """The span of one request of this call."""
+        span = self._span
+        if span is None:
+            span = self._span = self._tracing.call(self._name, attributes=self._attributes)
+        return self._tracing.call(name, request, parent=span, attributes=attributes)
+
+    def set(self, name: str, value: Any) -> None:
+        if self._span is not None:
+            self._span.set(name, value)
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        if self._span is not None:
+            self._span.event(name, attributes)
+
+    def end(self, error: BaseException | None = None) -> None:
+        span = self._span
+        if span is not None:
+            for name, value in self.totals.items():
+                span.set(name, value)
+            span.end(error)

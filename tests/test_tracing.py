@@ -1,0 +1,437 @@
+"""OpenTelemetry spans, recorded by the SDK's in-memory exporter from the global tracer provider."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from asyncsearch import AsyncSearchClient, NotFoundError, _client
+
+from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
+from .helpers import TIME_SCALE
+from .test_call_options import ANSWERS, _kind
+
+Serve = Callable[[Handler], Awaitable[Server]]
+
+pytestmark = pytest.mark.timeout(30)
+
+QUERY = "confidential merger plans"
+IDS = [f"00000000-0000-4000-8000-00000000000{i}" for i in range(1, 6)]
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _provider() -> None:
+    """The process's global tracer provider, set once (OpenTelemetry allows no second one)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    if not getattr(provider, "_asyncsearch_test_exporter", False):
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        provider._asyncsearch_test_exporter = True  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def spans() -> Iterator[Callable[[], list[ReadableSpan]]]:
+    """The spans ended during the test, oldest first."""
+    _EXPORTER.clear()
+    yield lambda: list(_EXPORTER.get_finished_spans())
+    _EXPORTER.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake_sleep(delay: float) -> None:
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+
+
+def service(*, statuses: list[int] | None = None, pages: int = 1) -> Handler:
+    """Every endpoint; answers ``statuses`` in turn first (then 200); search has ``pages``."""
+    queue = list(statuses or [])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if queue:
+            status = queue.pop(0)
+            if status != 200:
+                return web.json_response({"message": "no"}, status=status)
+        headers = {"X-Request-Id": "rid-1"}
+        kind = _kind(request.path)
+        if kind == "search":
+            page = json.loads(await request.read()).get("pagination", {}).get("page", 1)
+            body = json.loads(ANSWERS["search"])
+            body["hasMore"] = page < pages
+            for hit in body["hits"]:  # pages that differ: a repeated page ends a walk
+                hit["id"] = f"{hit['id']}-{page}"
+            return web.json_response(body, headers=headers)
+        return web.Response(body=ANSWERS[kind], content_type="application/json", headers=headers)
+
+    return handler
+
+
+def make_client(server: Server, **options: Any) -> AsyncSearchClient:
+    return AsyncSearchClient(API_KEY, base_url=server.base_url, **options)
+
+
+def _texts(span: ReadableSpan) -> list[str]:
+    values: list[Any] = list((span.attributes or {}).values())
+    for event in span.events:
+        values += list((event.attributes or {}).values())
+    values.append(span.status.description or "")
+    return [str(value) for value in values] + [span.name]
+
+
+METHODS: dict[str, Callable[[AsyncSearchClient], Awaitable[Any]]] = {
+    "search": lambda c: c.search(QUERY),
+    "get_extraction": lambda c: c.get_extraction(JOB_ID),
+    "link_preview": lambda c: c.link_preview("https://example.com/secret-page"),
+    "list_webhook_logs": lambda c: c.list_webhook_logs(JOB_ID),
+    "get_webhook_log": lambda c: c.get_webhook_log(JOB_ID, LOG_ID),
+}
+
+
+@pytest.mark.parametrize("raw", [False, True])
+@pytest.mark.parametrize("method", METHODS)
+async def test_each_call_makes_one_client_span_named_for_its_method(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], method: str, raw: bool
+) -> None:
+    server = await serve(service())
+    async with make_client(server) as client:
+        await METHODS[method](client.with_raw_response if raw else client)  # type: ignore[arg-type]
+    (span,) = spans()
+    assert span.name == f"asyncsearch.{method}"
+    assert span.kind is SpanKind.CLIENT
+    attributes = span.attributes or {}
+    assert attributes["http.request.method"] == ("POST" if method == "search" else "GET")
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["server.port"] == int(server.base_url.rsplit(":", 1)[1])
+    assert str(attributes["url.full"]).startswith(server.base_url + "/v2/")
+    assert "?" not in str(attributes["url.full"])  # the query may hold what the caller sent
+    assert attributes["http.response.status_code"] == 200
+    assert attributes["asyncsearch.attempts"] == 1
+    assert attributes["asyncsearch.request_id"] == "rid-1"
+    assert span.status.status_code is StatusCode.UNSET
+    texts = _texts(span)
+    assert not [t for t in texts if API_KEY in t or QUERY in t or "secret-page" in t]
+
+
+async def test_a_search_span_has_its_page_and_hit_count(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    server = await serve(service())
+    async with make_client(server) as client:
+        page = await client.search(QUERY, page=3)
+    (span,) = spans()
+    assert (span.attributes or {})["asyncsearch.search.page"] == 3
+    assert (span.attributes or {})["asyncsearch.search.hits"] == len(page.hits) > 0
+
+
+async def test_retries_are_events_and_attempts_are_counted(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    server = await serve(service(statuses=[503, 200]))
+    async with make_client(server) as client:
+        await client.get_extraction(JOB_ID)
+    (span,) = spans()
+    assert (span.attributes or {})["asyncsearch.attempts"] == 2
+    (retry,) = span.events
+    assert retry.name == "asyncsearch.retry"
+    assert (retry.attributes or {})["asyncsearch.retry.reason"] == "status 503"
+    assert (retry.attributes or {})["asyncsearch.attempt"] == 1
+    assert span.status.status_code is StatusCode.UNSET
+
+
+async def test_a_failed_call_records_its_error_type_and_status(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    server = await serve(service(statuses=[404]))
+    async with make_client(server) as client:
+        with pytest.raises(NotFoundError):
+            await client.get_extraction(JOB_ID)
+    (span,) = spans()
+    assert (span.attributes or {})["error.type"] == "NotFoundError"
+    assert (span.attributes or {})["http.response.status_code"] == 404
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [
+        span
+        for span in spans
+        if span.parent is not None and span.parent.span_id == parent.context.span_id
+    ]
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("walk", ["search_pages", "search_hits"])
+async def test_a_pager_makes_one_parent_with_a_child_per_page(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], walk: str, prefetch: bool
+) -> None:
+    server = await serve(service(pages=3))
+    async with make_client(server) as client:
+        pager = getattr(client, walk)(QUERY, prefetch=prefetch)
+        async with pager:
+            got = [item async for item in pager]
+    assert got
+    (parent,) = [span for span in spans() if span.name == f"asyncsearch.{walk}"]
+    assert parent.kind is SpanKind.INTERNAL
+    children = _children(spans(), parent)
+    assert [span.name for span in children] == ["asyncsearch.search"] * 3
+    assert [(span.attributes or {})["asyncsearch.search.page"] for span in children] == [1, 2, 3]
+    assert len(spans()) == 4
+    hits = len(json.loads(ANSWERS["search"])["hits"])
+    pages = [dict(event.attributes or {}) for event in parent.events]
+    assert pages == [
+        {"asyncsearch.search.page": n, "asyncsearch.search.hits": hits} for n in (1, 2, 3)
+    ]
+    assert not [t for span in spans() for t in _texts(span) if QUERY in t or API_KEY in t]
+
+
+@pytest.mark.parametrize("bulk", ["gather_extractions", "iter_extractions"])
+async def test_a_bulk_call_makes_one_parent_with_a_child_per_id(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], bulk: str
+) -> None:
+    server = await serve(service(statuses=[404]))
+    async with make_client(server) as client:
+        if bulk == "gather_extractions":
+            results = await client.gather_extractions(IDS, concurrency=1)
+        else:
+            async with client.iter_extractions(IDS, concurrency=1) as it:
+                results = [result async for result in it]
+    assert sorted(result.ok for result in results) == [False, True, True, True, True]
+    (parent,) = [span for span in spans() if span.name == f"asyncsearch.{bulk}"]
+    children = _children(spans(), parent)
+    assert [span.name for span in children] == ["asyncsearch.get_extraction"] * 5
+    assert len(spans()) == 6
+    errors = [(s.attributes or {}).get("error.type") for s in children]
+    assert sorted(errors, key=str) == [None] * 4 + ["NotFoundError"]
+    assert (parent.attributes or {})["asyncsearch.bulk.ids"] == 5
+    assert (parent.attributes or {})["asyncsearch.bulk.failed"] == 1
+    # Every child ended before its parent.
+    assert all(child.end_time <= parent.end_time for child in children)  # type: ignore[operator]
+
+
+async def test_wait_for_extraction_is_a_parent_of_its_polls(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    pending = json.dumps({**json.loads(ANSWERS["extract"]), "state": "pending"}).encode()
+    answers = [pending, pending, ANSWERS["extract"]]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=answers.pop(0), content_type="application/json")
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        await client.wait_for_extraction(JOB_ID, interval=0.01)
+    (parent,) = [span for span in spans() if span.name == "asyncsearch.wait_for_extraction"]
+    assert [s.name for s in _children(spans(), parent)] == ["asyncsearch.get_extraction"] * 3
+    assert (parent.attributes or {})["asyncsearch.job.state"] == "completed"
+
+
+def _hanging(arrived: asyncio.Event, gate: asyncio.Event) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        kind = _kind(request.path)
+        if kind == "search" and json.loads(await request.read())["pagination"]["page"] == 1:
+            body = json.loads(ANSWERS["search"])
+            body["hasMore"] = True
+            return web.json_response(body)
+        arrived.set()
+        await gate.wait()
+        return web.Response(body=ANSWERS[kind], content_type="application/json")
+
+    return handler
+
+
+async def test_cancelling_a_call_ends_its_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    arrived, gate = asyncio.Event(), asyncio.Event()
+    server = await serve(_hanging(arrived, gate))
+    try:
+        async with make_client(server) as client:
+            call = asyncio.create_task(client.get_extraction(JOB_ID))
+            await arrived.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            (span,) = spans()
+    finally:
+        gate.set()
+    assert span.name == "asyncsearch.get_extraction"
+    assert (span.attributes or {})["asyncsearch.cancelled"] is True
+    assert span.status.status_code is StatusCode.UNSET
+
+
+@pytest.mark.parametrize("how", ["aclose", "break", "cancel"])
+async def test_leaving_a_pager_ends_its_span_and_the_prefetch_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], how: str
+) -> None:
+    arrived, gate = asyncio.Event(), asyncio.Event()
+    server = await serve(_hanging(arrived, gate))
+    try:
+        async with make_client(server) as client:
+            if how == "cancel":
+
+                async def walk() -> None:
+                    async for _ in client.search_pages(QUERY):
+                        pass
+
+                task = asyncio.create_task(walk())
+                await arrived.wait()  # the walk waits for page 2, which does not come
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            else:
+                pager = client.search_pages(QUERY)
+                async for _ in pager:
+                    await arrived.wait()
+                    break
+                if how == "aclose":
+                    await pager.aclose()
+                else:
+                    del pager  # a bare break: the dropped pager's finaliser cleans up
+                    for _ in range(100):
+                        if len(spans()) == 3:
+                            break
+                        await asyncio.sleep(0.01)
+            ended = spans()
+    finally:
+        gate.set()
+    (parent,) = [span for span in ended if span.name == "asyncsearch.search_pages"]
+    children = _children(ended, parent)
+    assert [(s.attributes or {})["asyncsearch.search.page"] for s in children] == [1, 2]
+    assert (children[1].attributes or {})["asyncsearch.cancelled"] is True
+    if how == "cancel":
+        assert (parent.attributes or {})["asyncsearch.cancelled"] is True
+
+
+async def test_cancelling_a_bulk_call_ends_every_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    arrived, gate = asyncio.Event(), asyncio.Event()
+    server = await serve(_hanging(arrived, gate))
+    try:
+        async with make_client(server) as client:
+            call = asyncio.create_task(client.gather_extractions(IDS, concurrency=5))
+            await arrived.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            ended = spans()
+    finally:
+        gate.set()
+    (parent,) = [span for span in ended if span.name == "asyncsearch.gather_extractions"]
+    assert (parent.attributes or {})["asyncsearch.cancelled"] is True
+    children = _children(ended, parent)
+    assert children
+    assert all((s.attributes or {})["asyncsearch.cancelled"] for s in children)
+
+
+async def test_content_is_traced_only_when_asked(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await serve(service())
+    async with make_client(server, trace_content=True) as client:
+        await client.search(QUERY)
+        await client.link_preview("https://example.com/secret-page")
+    monkeypatch.setenv("ASYNCSEARCH_TRACE_CONTENT", "1")
+    async with make_client(server) as client:
+        await client.search(QUERY)
+        async for _ in client.search_pages(QUERY):
+            pass
+    async with make_client(server, trace_content=False) as client:
+        await client.search(QUERY)
+    searched, link, from_env, walked, walk, not_asked = spans()
+    assert QUERY in json.loads(str((searched.attributes or {})["asyncsearch.request.body"]))["text"]
+    assert "secret-page" in str((link.attributes or {})["url.full"])
+    assert QUERY in str((from_env.attributes or {})["asyncsearch.request.body"])
+    assert (walk.attributes or {})["asyncsearch.search.text"] == QUERY
+    assert QUERY in str((walked.attributes or {})["asyncsearch.request.body"])
+    assert not [t for t in _texts(not_asked) if QUERY in t]
+    # Never the key, whatever is traced.
+    assert not [t for span in spans() for t in _texts(span) if API_KEY in t]
+
+
+async def test_tracing_false_makes_no_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    server = await serve(service())
+    async with make_client(server, tracing=False) as client:
+        await client.search(QUERY)
+        await client.gather_extractions(IDS)
+        async with client.with_options(tracing=True) as traced:
+            await traced.get_extraction(JOB_ID)
+    assert [span.name for span in spans()] == ["asyncsearch.get_extraction"]
+
+
+async def test_a_call_span_is_a_child_of_the_callers_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    server = await serve(service())
+    tracer = trace.get_tracer("the-application")
+    async with make_client(server) as client:
+        with tracer.start_as_current_span("handle-request") as outer:
+            await client.get_extraction(JOB_ID)
+            await client.gather_extractions(IDS[:2])
+    ended = spans()
+    (mine,) = [span for span in ended if span.name == "handle-request"]
+    assert [s.name for s in _children(ended, mine)] == [
+        "asyncsearch.get_extraction",
+        "asyncsearch.gather_extractions",
+    ]
+    assert outer.get_span_context().trace_id == ended[0].context.trace_id
+
+
+_WITHOUT_OTEL = """
+import asyncio, sys
+sys.modules["opentelemetry"] = None  # `import opentelemetry` raises ImportError
+from asyncsearch import AsyncSearchClient
+from asyncsearch.testing import ServiceEmulator
+
+async def main():
+    async with ServiceEmulator(seed=7) as emulator:
+        async with AsyncSearchClient(emulator.api_key, base_url=emulator.base_url) as client:
+            page = await client.search("invoice", page_size=2)
+            results = await client.gather_extractions([], concurrency=2)
+            async for _ in client.search_pages("invoice", page_size=2, max_pages=2):
+                pass
+    print(len(page.hits), results)
+
+asyncio.run(main())
+"""
+
+
+def test_without_opentelemetry_every_call_works_and_nothing_imports_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _WITHOUT_OTEL],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "[]"]
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys, asyncsearch; print('opentelemetry' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        check=True,
+    )
+    assert imported.stdout.strip() == "False"
