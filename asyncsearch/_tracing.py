@@ -264,6 +264,8 @@ class LazySpan:
         span = self._span
         if span is None:
             span = self._span = self._tracing.call(self._name, attributes=self._attributes)
+        if span is NO_SPAN:
+            return NO_SPAN  # nothing records this call: its requests' spans would not either
         return self._tracing.call(name, request, parent=span, attributes=attributes)
 
     def set(self, name: str, value: Any) -> None:

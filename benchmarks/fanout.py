@@ -13,6 +13,10 @@ Each variant fetches and decodes the same jobs with at most ``--concurrency`` in
   client with its defaults (pool of 100 connections, 2 retries, retry budget, adaptive
   concurrency, ordered results);
 - ``asyncsearch iter_extractions``: ``async for result in client.iter_extractions(...)``;
+- ``asyncsearch gather_extractions, tracing=False``: the same as the first with the client's
+  spans turned off. The first runs with ``opentelemetry-api`` importable (the ``bench`` extra
+  installs it) and no SDK configured, as most services run it: the ratio of the two is what
+  tracing costs when nobody records it;
 - ``bare aiohttp + msgspec`` (the baseline): one ``aiohttp.ClientSession``, 64 workers pulling ids
   from a shared iterator, ``msgspec.json.Decoder(ExtractionJob)`` built once: a fair, well-written
   hand loop with no retries and no error handling beyond the status check;
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import sys
 import time
@@ -64,6 +69,7 @@ API_KEY = "bench-key"
 BASELINE = "bare aiohttp + msgspec"
 GATHER = "asyncsearch gather_extractions"
 ITER = "asyncsearch iter_extractions"
+UNTRACED = "asyncsearch gather_extractions, tracing=False"
 UNBOUNDED = "bare, unbounded asyncio.gather"
 HTTPX = "httpx + pydantic"
 SEQUENTIAL = "bare sequential"
@@ -85,6 +91,12 @@ def job_ids(n: int) -> list[str]:
 
 async def sdk_gather(base_url: str, ids: list[str], concurrency: int) -> int:
     async with AsyncSearchClient(api_key=API_KEY, base_url=base_url) as client:
+        results = await client.gather_extractions(ids, concurrency=concurrency)
+    return sum(1 for r in results if r.ok)
+
+
+async def sdk_gather_untraced(base_url: str, ids: list[str], concurrency: int) -> int:
+    async with AsyncSearchClient(api_key=API_KEY, base_url=base_url, tracing=False) as client:
         results = await client.gather_extractions(ids, concurrency=concurrency)
     return sum(1 for r in results if r.ok)
 
@@ -206,6 +218,7 @@ async def _run(args: argparse.Namespace, base_url: str) -> dict[str, list[Measur
     plan: dict[str, tuple[Fetch, list[str]]] = {
         BASELINE: (bare_bounded, ids),
         GATHER: (sdk_gather, ids),
+        UNTRACED: (sdk_gather_untraced, ids),
         ITER: (sdk_iter, ids),
         UNBOUNDED: (bare_unbounded, ids),
         HTTPX: (httpx_pydantic, few),
@@ -321,6 +334,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                     note=f"{v[name]['cpu_us']:.0f} µs against {v[BASELINE]['cpu_us']:.0f} µs",
                 )
             )
+    otel = importlib.util.find_spec("opentelemetry") is not None
+    traced_note = (
+        "opentelemetry-api importable, no SDK configured"
+        if otel
+        else "opentelemetry-api is NOT installed: both runs are untraced"
+    )
+    targets.add(
+        Target(
+            f"gather_extractions client CPU per request, traced vs {UNTRACED.split(', ')[1]}",
+            ratio(v[GATHER]["cpu_us"], v[UNTRACED]["cpu_us"]),
+            1.03,
+            higher_is_better=False,
+            note=traced_note,
+        )
+    )
+    targets.add(
+        Target(
+            f"gather_extractions req/s, traced vs {UNTRACED.split(', ')[1]}",
+            ratio(v[GATHER]["rps"], v[UNTRACED]["rps"]),
+            0.97,
+            note=traced_note,
+        )
+    )
     if not args.latency:  # with latency every concurrent client waits alike
         targets.add(
             Target(
