@@ -8,12 +8,12 @@
   whole life, and its ``async`` ``__call__`` turns a batch with a ``job_id`` column into a batch
   with the columns ``job_id``, ``state``, ``extraction`` (JSON text) and ``error``. Every id
   comes back exactly once; a failed id is a row with an error, never a failed batch.
-- ``read_search(...)``: a search as a ``Dataset`` of hits with the columns ``id``, ``name``,
-  ``score`` and the embeddings as fixed-shape float32 tensor columns ``small3_512`` and
-  ``clip2``, made from each page's ``SearchPage.embedding_matrix``. The spec gives no widths:
-  each column is as wide as the first vector of its name in the search (or as the caller's
-  ``embedding_widths``), and a vector of another width fails the read with a
-  ``ResponseValidationError``.
+- ``read_search(...)``: a search as a ``Dataset`` of hits with the columns of
+  ``asyncsearch.arrow.search_table`` (the same functions make them): the hit's scalar fields and
+  the embeddings as ``fixed_size_list<float32>`` columns ``small3_512`` and ``clip2``, null for a
+  hit without one. The spec gives no widths: each column is as wide as the first vector of its
+  name in the search (or as the caller's ``embedding_widths``), and a vector of another width
+  fails the read with a ``ResponseValidationError``.
 - ``unwritten_job_ids(ids, path)``: the ids of a dataset that an earlier run has not written yet
   (``write_parquet``/``write_json``), to resume an export; ``retry_failed`` and
   ``refetch_in_progress`` also give back the ids written only with an error or in a state of
@@ -40,30 +40,34 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, TypeVar, Unpack, get_args
 
 import anyio
-import msgspec
 
 from asyncsearch import (
     IN_PROGRESS_JOB_STATES,
     AsyncSearchClient,
     ExtractionFormat,
     InvalidRequestError,
-    ResponseValidationError,
     RetryBudget,
     SearchFilters,
-    SearchPage,
     SearchQuery,
     Sort,
     Timeout,
 )
+from asyncsearch.arrow import (
+    EXTRACTION_SCHEMA,
+    MAX_HELD_HITS,
+    EmbeddingName,
+    HitBatches,
+    check_embedding_widths,
+    extraction_values,
+    extractions_batch,
+)
 
 try:
-    import numpy as np
     import pyarrow as pa
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
     import ray
     import ray.data
-    from ray.data.extensions import ArrowTensorArray
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
         "asyncsearch.ray needs Ray Data: pip install 'asyncsearch[ray]'"
@@ -78,30 +82,12 @@ __all__ = [
     "unwritten_job_ids",
 ]
 
-#: The names of the embeddings of a hit, in the order of ``read_search``'s columns.
-_EmbeddingName = Literal["small3_512", "clip2"]
-_EMBEDDING_NAMES: tuple[_EmbeddingName, ...] = get_args(_EmbeddingName)
-
-#: The most hits ``read_search`` holds back while it does not know an embedding's width yet
-#: (no hit so far had that vector): about 2 to 5 kB each. Past it, such a column gets width 0.
-_MAX_HELD_HITS = 10_000
-
 #: The environment variables ``AsyncSearchClient`` reads its key and URL from (README: they are
 #: part of the public contract; this edge module uses only the public API, so names them here).
 _ENV_API_KEY = "ASYNCSEARCH_API_KEY"
 _ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 
 T = TypeVar("T")
-
-#: The columns ``FetchExtractions`` returns (typed, so a batch of only nulls keeps its types).
-EXTRACTION_SCHEMA = pa.schema(
-    [
-        pa.field("job_id", pa.string()),
-        pa.field("state", pa.string()),
-        pa.field("extraction", pa.string()),
-        pa.field("error", pa.string()),
-    ]
-)
 
 
 class ClientOptions(TypedDict, total=False):
@@ -127,6 +113,8 @@ class ClientOptions(TypedDict, total=False):
     first_page: int
     retry_budget: RetryBudget | None
     retry_search: Literal["safe", "always"]
+    tracing: bool
+    trace_content: bool | None
 
 
 async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
@@ -230,16 +218,7 @@ class FetchExtractions:
         async with anyio.create_task_group() as tasks:
             for index, job_id in enumerate(job_ids):
                 tasks.start_soon(fetch, index, job_id, name="asyncsearch.ray.fetch")
-        states, extractions, errors = zip(*rows, strict=True) if rows else ((), (), ())
-        return pa.Table.from_arrays(
-            [
-                pa.array([_id_text(j) for j in job_ids], pa.string()),
-                pa.array(states, pa.string()),
-                pa.array(extractions, pa.string()),
-                pa.array(errors, pa.string()),
-            ],
-            schema=EXTRACTION_SCHEMA,
-        )
+        return pa.Table.from_batches([extractions_batch(job_ids, rows)], schema=EXTRACTION_SCHEMA)
 
     async def _fetch_one(self, job_id: object) -> tuple[str | None, str | None, str | None]:
         assert self._limiter is not None
@@ -250,11 +229,8 @@ class FetchExtractions:
             async with self._limiter:
                 job = await self._client.get_extraction(job_id, format=self._format)
         except Exception as exc:  # errors are values here: one id must never fail the batch
-            return None, None, _error_text(exc)
-        extraction = None
-        if job.extraction is not None:
-            extraction = msgspec.json.encode(job.extraction).decode()
-        return job.state, extraction, None
+            return extraction_values(None, exc)
+        return extraction_values(job, None)
 
     async def aclose(self) -> None:
         """Close the actor's client (Ray calls ``__del__``, which does this, when the actor
@@ -295,165 +271,9 @@ def _job_id_column(batch: Any) -> list[object]:
     return [str(v) if isinstance(v, str) else v for v in column]
 
 
-def _id_text(job_id: object) -> str | None:
-    if job_id is None:
-        return None
-    return str(job_id)
-
-
-def _error_text(error: BaseException) -> str:
-    # An AsyncSearchError, or an error that is not ours (a bug somewhere below): either way it
-    # is reported against its id with its class name, never raised through the batch.
-    return f"{type(error).__name__}: {error}"
-
-
 # ---------------------------------------------------------------------------------------------
 # Search results as a dataset
 # ---------------------------------------------------------------------------------------------
-
-
-def _hit_schema(widths: Mapping[_EmbeddingName, int]) -> Any:
-    return pa.schema(
-        [
-            pa.field("id", pa.string()),
-            pa.field("name", pa.string()),
-            pa.field("score", pa.float64()),
-            *(
-                pa.field(
-                    name,
-                    ArrowTensorArray.from_numpy(np.zeros((1, widths[name]), np.float32)).type,
-                )
-                for name in _EMBEDDING_NAMES
-            ),
-        ]
-    )
-
-
-def _vector(hit: Any, name: _EmbeddingName) -> list[float]:
-    vector: list[float] = getattr(hit.embeddings, name) if hit.embeddings else []
-    return vector
-
-
-@dataclass
-class _HeldPage:
-    """A page of hits made into columns, kept until every embedding's width is known."""
-
-    ids: list[str]
-    names: list[str | None]
-    scores: list[float | None]
-    #: Per embedding, the page's float32 matrix, or None when no hit of the page has one.
-    matrices: dict[_EmbeddingName, Any]
-
-
-@dataclass
-class _HitTables:
-    """Pages of hits as pyarrow Tables whose embedding columns keep one width all along.
-
-    The spec gives no widths: a column's width is that of the first vector of its name in the
-    walk, or the one ``widths`` gives. Pages come out in order, one Table each, as soon as every
-    width is known; until then they are held back (as numpy columns, not as decoded pages), but
-    never more than ``max_held_hits`` hits: past that, and at the end of the walk, a column no
-    hit had yet gets width 0. A vector of another width is a ``ResponseValidationError``.
-    """
-
-    widths: dict[_EmbeddingName, int | None]
-    max_held_hits: int = _MAX_HELD_HITS
-    #: Where each known width came from, for the error when a vector disagrees with it.
-    origins: dict[_EmbeddingName, str] = field(default_factory=dict)
-    #: The columns that got width 0 because no hit had them (and not from ``widths``).
-    settled: set[_EmbeddingName] = field(default_factory=set)
-    held: list[_HeldPage] = field(default_factory=list)
-    held_hits: int = 0
-    walked_hits: int = 0
-
-    @classmethod
-    def given(cls, widths: Mapping[_EmbeddingName, int], max_held_hits: int) -> _HitTables:
-        tables = cls({name: widths.get(name) for name in _EMBEDDING_NAMES}, max_held_hits)
-        tables.origins = dict.fromkeys(widths, "as embedding_widths gives")
-        return tables
-
-    def add(self, page: SearchPage) -> list[Any]:
-        """The Tables ready once ``page`` (a page with hits) is walked, in order."""
-        hits = page.hits
-        self.held.append(
-            _HeldPage(
-                [hit.id for hit in hits],
-                [hit.name for hit in hits],
-                [hit.score for hit in hits],
-                {name: self._matrix(page, name) for name in _EMBEDDING_NAMES},
-            )
-        )
-        self.held_hits += len(hits)
-        self.walked_hits += len(hits)
-        if self.held_hits >= self.max_held_hits:
-            self._settle(f"no hit among the first {self.walked_hits} had one")
-        return self._release()
-
-    def finish(self) -> list[Any]:
-        """The Tables still held back once the walk has ended."""
-        self._settle("no hit of the search had one")
-        return self._release()
-
-    def _matrix(self, page: SearchPage, name: _EmbeddingName) -> Any:
-        path = f"$.hits[*].embeddings.{name}"
-        try:
-            matrix = page.embedding_matrix(name)
-        except ValueError as exc:
-            raise ResponseValidationError(
-                f"the hits' {name} embeddings disagree on their size: {exc}", path=path, body=b""
-            ) from None
-        width: int = matrix.shape[1]
-        if width == 0:  # no hit of the page has this embedding
-            return None
-        first = next(hit.id for hit in page.hits if _vector(hit, name))
-        expected = self.widths[name]
-        if expected is None:
-            self.widths[name] = width
-            self.origins[name] = f"the width of hit {first!r}, the first with one"
-        elif width != expected:
-            hint = ""
-            if name in self.settled:
-                hint = f": pass embedding_widths={{{name!r}: {width}}} to read_search"
-            raise ResponseValidationError(
-                f"hit {first!r} has {width} {name} values, where this search's {name} column"
-                f" has {expected} ({self.origins[name]}){hint}",
-                path=path,
-                body=b"",
-            )
-        return matrix
-
-    def _settle(self, reason: str) -> None:
-        for name in _EMBEDDING_NAMES:
-            if self.widths[name] is None:
-                self.widths[name] = 0
-                self.origins[name] = f"{reason}, so it got 0"
-                self.settled.add(name)
-
-    def _release(self) -> list[Any]:
-        widths = {name: width for name, width in self.widths.items() if width is not None}
-        if len(widths) < len(_EMBEDDING_NAMES):
-            return []
-        schema = _hit_schema(widths)
-        tables = [self._table(page, widths, schema) for page in self.held]
-        self.held.clear()
-        self.held_hits = 0
-        return tables
-
-    @staticmethod
-    def _table(page: _HeldPage, widths: Mapping[_EmbeddingName, int], schema: Any) -> Any:
-        embeddings = []
-        for name in _EMBEDDING_NAMES:
-            matrix = page.matrices[name]
-            if matrix is None:  # no hit of the page has it: NaN rows, as for one hit without
-                matrix = np.full((len(page.ids), widths[name]), np.nan, dtype=np.float32)
-            embeddings.append(ArrowTensorArray.from_numpy(matrix))
-        columns = [
-            pa.array(page.ids, pa.string()),
-            pa.array(page.names, pa.string()),
-            pa.array(page.scores, pa.float64()),
-            *embeddings,
-        ]
-        return pa.Table.from_arrays(columns, schema=schema)
 
 
 class _SearchWalk:
@@ -464,8 +284,8 @@ class _SearchWalk:
         client_arguments: dict[str, Any],
         pages_arguments: dict[str, Any],
         *,
-        embedding_widths: Mapping[_EmbeddingName, int] | None = None,
-        max_held_hits: int = _MAX_HELD_HITS,
+        embedding_widths: Mapping[EmbeddingName, int] | None = None,
+        max_held_hits: int = MAX_HELD_HITS,
     ) -> None:
         self._client_arguments = client_arguments
         self._pages_arguments = pages_arguments
@@ -490,7 +310,7 @@ class _SearchWalk:
             client = AsyncSearchClient(**self._client_arguments)
             return client, client.search_pages(**self._pages_arguments)
 
-        tables = _HitTables.given(self._embedding_widths, self._max_held_hits)
+        tables = HitBatches(dict(self._embedding_widths), self._max_held_hits)
         try:
             client, pager = run(start())
             try:
@@ -499,9 +319,8 @@ class _SearchWalk:
                         page = run(pager.__anext__())
                     except StopAsyncIteration:
                         break
-                    if page.hits:
-                        yield from tables.add(page)
-                yield from tables.finish()
+                    yield from _blocks(tables.add(page))
+                yield from _blocks(tables.finish())
             finally:
                 try:
                     run(pager.aclose())
@@ -511,6 +330,11 @@ class _SearchWalk:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+
+def _blocks(batches: list[pa.RecordBatch]) -> Iterator[Any]:
+    for batch in batches:
+        yield pa.Table.from_batches([batch])
 
 
 def read_search(
@@ -527,7 +351,7 @@ def read_search(
     start_page: int | None = None,
     max_pages: int | None = None,
     dedupe: bool = False,
-    embedding_widths: Mapping[_EmbeddingName, int] | None = None,
+    embedding_widths: Mapping[EmbeddingName, int] | None = None,
     api_key: str | None = None,
     base_url: str | None = None,
     ray_remote_args: Mapping[str, Any] | None = None,
@@ -536,10 +360,12 @@ def read_search(
     """A search's hits as a Ray ``Dataset``, one row per hit in the service's order.
 
     Takes the arguments of ``search_pages`` (those of ``search`` except ``page``; the walk ends
-    as ``search_pages`` says) and the client options. The columns are ``id``, ``name``,
-    ``score`` (null where the service sent none), and ``small3_512`` and ``clip2``: fixed-shape
-    float32 tensors (a row of NaN for a hit without that embedding), made from each page's
-    ``SearchPage.embedding_matrix`` without a Python list per hit.
+    as ``search_pages`` says) and the client options. The columns are those of
+    ``asyncsearch.arrow.search_table``, made by the same ``HitBatches``: the hit's scalar fields
+    (``HIT_COLUMNS``: ``id``, ``name``, ``kind``, ``score``, ...; null where the service sent
+    none), and ``small3_512`` and ``clip2`` as ``fixed_size_list<float32>`` (null for a hit
+    without that embedding), made from each page's ``SearchPage.embedding_matrix`` without a
+    Python list per hit.
 
     The spec gives no widths for the embeddings, so each column is as wide as the first vector
     of its name in the search; a hit whose vector has another width fails the read with a
@@ -558,7 +384,7 @@ def read_search(
     Raises ``InvalidRequestError``/``ConfigurationError`` for bad arguments; a failing search
     fails the dataset's execution with the SDK's typed error.
     """
-    widths = _check_embedding_widths(embedding_widths)
+    widths = check_embedding_widths(embedding_widths)
     # The key and URL are resolved in this process, so the read task needs no environment.
     client_arguments: dict[str, Any] = {
         **options,
@@ -589,30 +415,6 @@ def read_search(
         batch_format="pyarrow",
         **dict(ray_remote_args or {}),
     )
-
-
-def _check_embedding_widths(
-    widths: Mapping[_EmbeddingName, int] | None,
-) -> dict[_EmbeddingName, int]:
-    if widths is None:
-        return {}
-    if not isinstance(widths, Mapping):
-        raise InvalidRequestError(
-            f"embedding_widths must be a mapping or None, got {type(widths).__name__}"
-        )
-    checked: dict[_EmbeddingName, int] = {}
-    for name, width in widths.items():
-        if name not in _EMBEDDING_NAMES:
-            names = ", ".join(_EMBEDDING_NAMES)
-            raise InvalidRequestError(
-                f"embedding_widths takes the embeddings {names}, got {name!r}"
-            )
-        if not isinstance(width, int) or isinstance(width, bool) or width < 0:
-            raise InvalidRequestError(
-                f"embedding_widths[{name!r}] must be an integer >= 0, got {width!r}"
-            )
-        checked[name] = width
-    return checked
 
 
 # ---------------------------------------------------------------------------------------------

@@ -292,11 +292,13 @@ def _expected_pages(emu: ThreadedEmulator, base_id: str, **search: Any) -> list[
     ],
     ids=["all", "text"],
 )
-def test_read_search_hits_with_tensor_columns(
+def test_read_search_hits_with_the_columns_of_search_table(
     ray_session: Any, emu: ThreadedEmulator, base_id: str, search: dict[str, Any]
 ) -> None:
     import numpy as np
+    import pyarrow as pa
 
+    from asyncsearch.arrow import EMBEDDING_NAMES, HIT_COLUMNS
     from asyncsearch.ray import read_search
 
     emu.do(emu.emu.seed, n_resources=110, n_jobs=0, seed=5, base_id=base_id)
@@ -306,19 +308,18 @@ def test_read_search_hits_with_tensor_columns(
     assert hits
 
     dataset = read_search(api_key=KEY, base_url=emu.emu.base_url, base_id=base_id, **search)
-    batches = list(dataset.iter_batches(batch_format="numpy", batch_size=None))
+    table = pa.concat_tables(dataset.iter_batches(batch_format="pyarrow", batch_size=None))
 
-    assert dataset.schema().names == ["id", "name", "score", "small3_512", "clip2"]
-    ids = [i for batch in batches for i in batch["id"].tolist()]
-    assert ids == [hit.id for hit in hits]
-    assert [n for b in batches for n in b["name"].tolist()] == [hit.name for hit in hits]
-    assert [s for b in batches for s in b["score"].tolist()] == [hit.score for hit in hits]
-    for name, width in (("small3_512", 512), ("clip2", 768)):
-        column = np.concatenate([batch[name] for batch in batches])
-        assert column.dtype == np.float32
-        assert column.shape == (len(hits), width)
+    assert table.schema.names == [name for name, _ in HIT_COLUMNS] + list(EMBEDDING_NAMES)
+    for name, _ in HIT_COLUMNS:
+        assert table.column(name).to_pylist() == [getattr(hit, name) for hit in hits], name
+    for name in EMBEDDING_NAMES:
         expected = np.concatenate([page.embedding_matrix(name) for page in pages])
-        np.testing.assert_array_equal(column, expected)
+        column = table.column(name).combine_chunks()
+        assert column.type == pa.list_(pa.float32(), expected.shape[1])
+        assert column.null_count == 0
+        values = column.values.to_numpy().reshape(expected.shape)
+        np.testing.assert_array_equal(values, expected)
 
 
 def test_read_search_checks_arguments_before_sending(emu: ThreadedEmulator) -> None:
@@ -365,6 +366,7 @@ def _canned_search(pages: list[list[dict[str, Any]]]) -> Any:
 
 def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) -> None:
     import numpy as np
+    import pyarrow as pa
 
     from asyncsearch import ResponseValidationError
     from asyncsearch.ray import read_search
@@ -379,22 +381,20 @@ def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) 
     ]
     with _canned_search(pages) as server:
         dataset = read_search("q", api_key=KEY, base_url=server.base_url)
-        batches = list(dataset.iter_batches(batch_format="numpy", batch_size=None))
-        schema = dataset.schema()
+        table = pa.concat_tables(dataset.iter_batches(batch_format="pyarrow", batch_size=None))
 
-    assert [i for batch in batches for i in batch["id"].tolist()] == list("abcde")
-    nan3, nan5 = [np.nan] * 3, [np.nan] * 5  # a hit without the vector: a row of NaN
-    expected = {
-        "small3_512": [small[0], small[1], small[2], nan3, small[4]],
-        "clip2": [nan5, nan5, clip[2], nan5, clip[4]],
+    def f32(values: list[float]) -> list[float]:
+        return [float(np.float32(v)) for v in values]
+
+    assert table.column("id").to_pylist() == list("abcde")
+    expected = {  # a hit without the vector: null
+        "small3_512": [f32(small[0]), f32(small[1]), f32(small[2]), None, f32(small[4])],
+        "clip2": [None, None, f32(clip[2]), None, f32(clip[4])],
     }
     for name, rows in expected.items():
-        column = np.concatenate([batch[name] for batch in batches])
-        assert column.dtype == np.float32
-        np.testing.assert_array_equal(column, np.array(rows, dtype=np.float32))
-    types = dict(zip(schema.names, schema.types, strict=True))
-    assert types["small3_512"].shape == (3,)
-    assert types["clip2"].shape == (5,)
+        assert table.column(name).to_pylist() == rows
+    assert table.schema.field("small3_512").type == pa.list_(pa.float32(), 3)
+    assert table.schema.field("clip2").type == pa.list_(pa.float32(), 5)
 
     # The caller may say a width instead; a vector that disagrees with it fails the read.
     with _canned_search(pages) as server:
@@ -407,9 +407,9 @@ def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) 
         )
         with pytest.raises(ResponseValidationError, match=r"\(as embedding_widths gives\)"):
             wrong.take_all()
-    np.testing.assert_array_equal(
-        np.stack([row["clip2"] for row in rows]), np.array(expected["clip2"], dtype=np.float32)
-    )
+    assert [None if row["clip2"] is None else list(row["clip2"]) for row in rows] == expected[
+        "clip2"
+    ]
 
 
 def test_read_search_refuses_an_embedding_of_another_width(ray_session: Any) -> None:
@@ -424,7 +424,7 @@ def test_read_search_refuses_an_embedding_of_another_width(ray_session: Any) -> 
             dataset.take_all()
     assert info.value.path == "$.hits[*].embeddings.clip2"
     assert (
-        "hit 'b' has 4 clip2 values, where this search's clip2 column has 5"
+        "hit 'b' has 4 clip2 values, where this walk's clip2 column has 5"
         " (the width of hit 'a', the first with one)"
     ) in str(info.value)
 
@@ -444,70 +444,6 @@ def test_read_search_errors_reach_the_driver_typed(
         dataset.take_all()
     assert info.value.status_code == 500
     assert KEY not in str(info.value)
-
-
-def _page(*hits: dict[str, Any]) -> Any:
-    import msgspec
-
-    from asyncsearch import SearchPage
-
-    body = {"total": len(hits), "hasMore": True, "hits": list(hits)}
-    return msgspec.json.decode(json.dumps(body), type=SearchPage)
-
-
-def _widths(table: Any) -> dict[str, int]:
-    return {name: table.schema.field(name).type.shape[0] for name in ("small3_512", "clip2")}
-
-
-def test_hit_tables_hold_pages_back_until_every_width_is_known_and_no_longer() -> None:
-    import numpy as np
-
-    from asyncsearch import ResponseValidationError
-    from asyncsearch.ray import _HitTables
-
-    tables = _HitTables.given({}, max_held_hits=3)
-    # No clip2 vector yet: the pages wait, in order.
-    assert tables.add(_page(_hit("a", small3_512=[1.0, 2.0]))) == []
-    assert tables.add(_page(_hit("b", small3_512=[3.0, 4.0]))) == []
-    # The third hit held reaches the limit: clip2, which no hit had, gets 0 values per hit.
-    released = tables.add(_page(_hit("c")))
-    assert [table.column("id").to_pylist() for table in released] == [["a"], ["b"], ["c"]]
-    assert [_widths(table) for table in released] == [{"small3_512": 2, "clip2": 0}] * 3
-    assert np.isnan(released[2].column("small3_512").chunk(0).to_numpy()).all()
-    # A clip2 vector after that cannot fit: a typed error that says what to do.
-    with pytest.raises(ResponseValidationError) as info:
-        tables.add(_page(_hit("d", clip2=[1.0, 2.0, 3.0])))
-    assert str(info.value) == (
-        "hit 'd' has 3 clip2 values, where this search's clip2 column has 0 (no hit among the"
-        " first 3 had one, so it got 0): pass embedding_widths={'clip2': 3} to read_search"
-    )
-
-    # A search with no clip2 vector at all, shorter than the limit: the end of the walk lets
-    # the pages go, with a clip2 column of width 0.
-    tables = _HitTables.given({}, max_held_hits=100)
-    assert tables.add(_page(_hit("a", small3_512=[1.0]), _hit("b"))) == []
-    (table,) = tables.finish()
-    assert _widths(table) == {"small3_512": 1, "clip2": 0}
-    assert table.column("clip2").chunk(0).to_numpy().shape == (2, 0)
-
-
-def test_hit_tables_take_the_widths_given() -> None:
-    import numpy as np
-
-    from asyncsearch import ResponseValidationError
-    from asyncsearch.ray import _HitTables
-
-    tables = _HitTables.given({"small3_512": 2, "clip2": 3}, max_held_hits=100)
-    # Both widths known: nothing is held back, and a page without vectors has NaN rows.
-    (table,) = tables.add(_page(_hit("a")))
-    assert _widths(table) == {"small3_512": 2, "clip2": 3}
-    assert np.isnan(table.column("clip2").chunk(0).to_numpy()).all()
-    with pytest.raises(ResponseValidationError) as info:
-        tables.add(_page(_hit("b", clip2=[1.0] * 4)))
-    assert str(info.value) == (
-        "hit 'b' has 4 clip2 values, where this search's clip2 column has 3"
-        " (as embedding_widths gives)"
-    )
 
 
 def _export(

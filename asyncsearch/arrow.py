@@ -1,0 +1,387 @@
+"""Search walks and bulk extraction results as Arrow tables (``pip install -e '.[arrow]'``).
+
+``import asyncsearch`` never imports this module (nor pyarrow): import ``asyncsearch.arrow``.
+
+- ``await search_table(client, "q", ...)``: one row per hit, in the service's order: the hit's
+  scalar fields (``HIT_COLUMNS``) and its embeddings as ``fixed_size_list<float32>`` columns
+  ``small3_512`` and ``clip2`` (null for a hit without one). Built page by page into record
+  batches: the vectors go from each page's ``embedding_matrix`` into Arrow buffers, never
+  through a Python object per float.
+- ``await extractions_table(client, job_ids, ...)``: one row per id, in input order:
+  ``job_id``, ``state``, ``extraction`` (JSON text) and ``error`` (null on success).
+- ``HitBatches`` and ``extractions_batch``: the same columns for code that writes as it goes
+  (``asyncsearch.ray``, the CLI's ``--parquet``), so the schema is defined once, here.
+
+The spec shows no embedding widths: a column is as wide as the first vector of its name (or as
+``embedding_widths`` says), a vector of another width is a ``ResponseValidationError``, and a
+column no hit has a vector for is ``fixed_size_list<float32>[0]``, all null.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Unpack, get_args
+
+import msgspec
+
+from asyncsearch import (
+    AsyncSearchClient,
+    ExtractionFormat,
+    ExtractionJob,
+    ExtractionResult,
+    InvalidRequestError,
+    LeanSearchPage,
+    RequestOptions,
+    ResponseValidationError,
+    SearchPage,
+)
+
+try:
+    import numpy as np
+    import pyarrow as pa
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "asyncsearch.arrow needs pyarrow and numpy: pip install 'asyncsearch[arrow]'"
+        f" ({exc.name or exc} is missing)"
+    ) from exc
+
+if TYPE_CHECKING:
+    # For the signature only: the keywords of search_pages, declared once in the client.
+    from asyncsearch._client import SearchWalkCallParams
+
+__all__ = [
+    "EMBEDDING_NAMES",
+    "EXTRACTION_SCHEMA",
+    "HIT_COLUMNS",
+    "EmbeddingName",
+    "HitBatches",
+    "extractions_batch",
+    "extractions_table",
+    "hit_schema",
+    "search_table",
+]
+
+#: The names of a hit's embeddings, in the order of their columns.
+EmbeddingName = Literal["small3_512", "clip2"]
+EMBEDDING_NAMES: tuple[EmbeddingName, ...] = get_args(EmbeddingName)
+
+#: The scalar columns of a hit: (column, its Arrow type). Column names are the model's
+#: attribute names; timestamps whose format the spec does not document stay text.
+HIT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("id", pa.string()),
+    ("name", pa.string()),
+    ("kind", pa.string()),
+    ("score", pa.float64()),
+    ("created_at", pa.string()),
+    ("modified_at", pa.string()),
+    ("mime_type", pa.string()),
+    ("extension", pa.string()),
+    ("description", pa.string()),
+    ("size", pa.float64()),
+    ("url", pa.string()),
+    ("origin_url", pa.string()),
+    ("file_url", pa.string()),
+    ("state_processing", pa.string()),
+    ("is_password_protected", pa.bool_()),
+    ("is_locked", pa.bool_()),
+)
+
+#: The columns of an extraction result: one row per id.
+EXTRACTION_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string()),
+        pa.field("state", pa.string()),
+        pa.field("extraction", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+#: The most hits ``HitBatches`` holds back, by default, while a width is unknown.
+MAX_HELD_HITS = 10_000
+
+
+def hit_schema(widths: Mapping[EmbeddingName, int] | None) -> pa.Schema:
+    """The schema of a table of hits; ``None``: without embedding columns (lean pages)."""
+    fields = [pa.field(name, kind) for name, kind in HIT_COLUMNS]
+    if widths is not None:
+        fields += [pa.field(n, pa.list_(pa.float32(), widths[n])) for n in EMBEDDING_NAMES]
+    return pa.schema(fields)
+
+
+@dataclass
+class _HeldPage:
+    """A page made into columns, kept until every embedding's width is known."""
+
+    scalars: list[pa.Array]
+    #: Per embedding: the page's float32 matrix and which rows have a vector; None: no row has.
+    vectors: dict[EmbeddingName, tuple[Any, Any] | None]
+    rows: int
+
+
+@dataclass
+class HitBatches:
+    """Pages of hits as record batches of one schema, for a table or a file written as it goes.
+
+    ``add(page)`` returns the batches ready so far, in page order; ``finish()`` the rest. A
+    column's width is that of the first vector of its name, or the one ``widths`` gives; until
+    every width is known, pages are held back (as numpy columns, not as pages), at most
+    ``max_held_hits`` hits (``None``: no limit): past that, and at the end, a column no hit had
+    gets width 0. A vector of another width is a ``ResponseValidationError``. With
+    ``embeddings=False`` (lean pages) there are no embedding columns and nothing is held.
+    """
+
+    widths: dict[EmbeddingName, int | None] = field(default_factory=dict)
+    max_held_hits: int | None = MAX_HELD_HITS
+    embeddings: bool = True
+    #: Where each known width came from, for the error when a vector disagrees with it.
+    origins: dict[EmbeddingName, str] = field(default_factory=dict)
+    #: The columns that got width 0 because no hit had them (and not from ``widths``).
+    settled: set[EmbeddingName] = field(default_factory=set)
+    held: list[_HeldPage] = field(default_factory=list)
+    held_hits: int = 0
+    walked_hits: int = 0
+
+    def __post_init__(self) -> None:
+        given = check_embedding_widths(self.widths)
+        self.widths = {name: given.get(name) for name in EMBEDDING_NAMES}
+        self.origins = dict.fromkeys(given, "as embedding_widths gives")
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The batches' schema, once every width is known (always, without embeddings)."""
+        if not self.embeddings:
+            return hit_schema(None)
+        widths = {name: width for name, width in self.widths.items() if width is not None}
+        return hit_schema(widths) if len(widths) == len(EMBEDDING_NAMES) else None
+
+    def add(
+        self, page: SearchPage | LeanSearchPage, hits: int | None = None
+    ) -> list[pa.RecordBatch]:
+        """The batches ready once ``page`` (its first ``hits`` hits) is taken, in order."""
+        chosen = page.hits if hits is None else page.hits[:hits]
+        if not chosen:
+            return []
+        scalars = [
+            pa.array([getattr(hit, name) for hit in chosen], kind) for name, kind in HIT_COLUMNS
+        ]
+        vectors: dict[EmbeddingName, tuple[Any, Any] | None] = {}
+        if self.embeddings:
+            assert isinstance(page, SearchPage)
+            for name in EMBEDDING_NAMES:
+                vectors[name] = self._matrix(page, chosen, name)
+        self.held.append(_HeldPage(scalars, vectors, len(chosen)))
+        self.held_hits += len(chosen)
+        self.walked_hits += len(chosen)
+        if self.max_held_hits is not None and self.held_hits >= self.max_held_hits:
+            self._settle(f"no hit among the first {self.walked_hits} had one")
+        return self._release()
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """The batches still held back once the walk has ended."""
+        self._settle("no hit of the search had one")
+        return self._release()
+
+    def _matrix(self, page: SearchPage, hits: list[Any], name: EmbeddingName) -> Any:
+        path = f"$.hits[*].embeddings.{name}"
+        if len(hits) < len(page.hits):
+            page = msgspec.structs.replace(page, hits=hits)
+        try:
+            matrix = page.embedding_matrix(name)
+        except ValueError as exc:
+            raise ResponseValidationError(
+                f"the hits' {name} embeddings disagree on their size: {exc}", path=path, body=b""
+            ) from None
+        width: int = matrix.shape[1]
+        if width == 0:  # no hit of the page has this embedding
+            return None
+        present = np.array(
+            [bool(hit.embeddings and getattr(hit.embeddings, name)) for hit in hits], dtype=bool
+        )
+        first = hits[int(np.argmax(present))].id
+        expected = self.widths[name]
+        if expected is None:
+            self.widths[name] = width
+            self.origins[name] = f"the width of hit {first!r}, the first with one"
+        elif width != expected:
+            hint = ""
+            if name in self.settled:
+                hint = f": pass embedding_widths={{{name!r}: {width}}}"
+            raise ResponseValidationError(
+                f"hit {first!r} has {width} {name} values, where this walk's {name} column"
+                f" has {expected} ({self.origins[name]}){hint}",
+                path=path,
+                body=b"",
+            )
+        return matrix, present
+
+    def _settle(self, reason: str) -> None:
+        for name in EMBEDDING_NAMES:
+            if self.widths[name] is None:
+                self.widths[name] = 0
+                self.origins[name] = f"{reason}, so it got 0"
+                self.settled.add(name)
+
+    def _release(self) -> list[pa.RecordBatch]:
+        schema = self.schema
+        if schema is None:
+            return []
+        batches = [self._batch(page, schema) for page in self.held]
+        self.held.clear()
+        self.held_hits = 0
+        return batches
+
+    def _batch(self, page: _HeldPage, schema: pa.Schema) -> pa.RecordBatch:
+        columns = list(page.scalars)
+        for name in EMBEDDING_NAMES if self.embeddings else ():
+            kind = schema.field(name).type
+            held = page.vectors[name]
+            if held is None:
+                columns.append(pa.nulls(page.rows, kind))
+                continue
+            matrix, present = held
+            columns.append(
+                pa.FixedSizeListArray.from_arrays(
+                    pa.array(matrix.reshape(-1)), type=kind, mask=pa.array(~present)
+                )
+            )
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def check_embedding_widths(widths: object) -> dict[EmbeddingName, int]:
+    """``embedding_widths`` as a dict; ``InvalidRequestError`` for a bad name or width."""
+    if widths is None:
+        return {}
+    if not isinstance(widths, Mapping):
+        raise InvalidRequestError(
+            f"embedding_widths must be a mapping or None, got {type(widths).__name__}"
+        )
+    checked: dict[EmbeddingName, int] = {}
+    for name, width in widths.items():
+        if width is None:
+            continue  # not known: taken from the data
+        if name not in EMBEDDING_NAMES:
+            names = ", ".join(EMBEDDING_NAMES)
+            raise InvalidRequestError(
+                f"embedding_widths takes the embeddings {names}, got {name!r}"
+            )
+        if not isinstance(width, int) or isinstance(width, bool) or width < 0:
+            raise InvalidRequestError(
+                f"embedding_widths[{name!r}] must be an integer >= 0, got {width!r}"
+            )
+        checked[name] = width
+    return checked
+
+
+async def search_table(
+    client: AsyncSearchClient,
+    text: str | None = None,
+    *,
+    max_items: int | None = None,
+    embeddings: bool = True,
+    embedding_widths: Mapping[EmbeddingName, int] | None = None,
+    start_page: int | None = None,
+    max_pages: int | None = None,
+    dedupe: bool = False,
+    **params: Unpack[SearchWalkCallParams],
+) -> pa.Table:
+    """A search's hits as one ``pyarrow.Table``, walked as ``client.search_pages`` walks them.
+
+    Takes the arguments of ``search_pages`` (the search's, and the call's options), and
+    ``max_items`` to stop after that many hits. One row per hit: the columns of ``HIT_COLUMNS``
+    and, unless ``embeddings=False`` (then the pages are decoded without their vectors, and the
+    table has no embedding columns), ``small3_512`` and ``clip2`` as ``fixed_size_list<float32>``
+    of the width the data shows (or ``embedding_widths`` fixes), null for a hit without one.
+    Raises ``InvalidRequestError`` before anything is sent for bad arguments, and the SDK's
+    errors as the walk does; a vector of another width is a ``ResponseValidationError``.
+    """
+    if max_items is not None and (
+        not isinstance(max_items, int) or isinstance(max_items, bool) or max_items < 0
+    ):
+        raise InvalidRequestError(f"max_items must be an integer >= 0 or None, got {max_items!r}")
+    builder = HitBatches(dict(check_embedding_widths(embedding_widths)), None, embeddings)
+    batches: list[pa.RecordBatch] = []
+    page_size = params.get("page_size")
+    if max_items and isinstance(page_size, int) and page_size > 0:
+        # No page past the last one needed is requested, not even ahead of time.
+        needed = -(-max_items // page_size)
+        max_pages = needed if max_pages is None else min(max_pages, needed)
+    if max_items != 0:
+        taken = 0
+        async with client.search_pages(
+            text,
+            start_page=start_page,
+            max_pages=max_pages,
+            dedupe=dedupe,
+            embeddings=embeddings,
+            **params,
+        ) as pages:
+            async for page in pages:
+                room = None if max_items is None else max_items - taken
+                batches += builder.add(page, room)
+                taken += len(page.hits) if room is None else min(room, len(page.hits))
+                if max_items is not None and taken >= max_items:
+                    break
+    batches += builder.finish()
+    schema = builder.schema
+    assert schema is not None  # settled by finish()
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def extraction_values(
+    job: ExtractionJob | None, error: BaseException | None
+) -> tuple[str | None, str | None, str | None]:
+    """A result's ``state``, ``extraction`` (JSON text) and ``error`` ("Class: message")."""
+    if error is not None:
+        # An AsyncSearchError, or an error that is not ours (a bug below): reported against
+        # its id with its class name either way.
+        return None, None, f"{type(error).__name__}: {error}"
+    assert job is not None
+    extraction = None
+    if job.extraction is not None:
+        extraction = msgspec.json.encode(job.extraction).decode()
+    return job.state, extraction, None
+
+
+def extractions_batch(
+    job_ids: Sequence[object], values: Sequence[tuple[str | None, str | None, str | None]]
+) -> pa.RecordBatch:
+    """A record batch of ``EXTRACTION_SCHEMA``: ``job_ids`` (as text) with their values."""
+    states, extractions, errors = zip(*values, strict=True) if values else ((), (), ())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([None if j is None else str(j) for j in job_ids], pa.string()),
+            pa.array(states, pa.string()),
+            pa.array(extractions, pa.string()),
+            pa.array(errors, pa.string()),
+        ],
+        schema=EXTRACTION_SCHEMA,
+    )
+
+
+def _values(result: ExtractionResult) -> tuple[str | None, str | None, str | None]:
+    return extraction_values(result.job, result.error)
+
+
+async def extractions_table(
+    client: AsyncSearchClient,
+    job_ids: Iterable[str | uuid.UUID] | AsyncIterable[str | uuid.UUID],
+    *,
+    concurrency: int = 16,
+    format: ExtractionFormat | None = None,
+    on_progress: Callable[[int, int | None], object] | None = None,
+    **options: Unpack[RequestOptions],
+) -> pa.Table:
+    """The extraction jobs of ``job_ids`` as one ``pyarrow.Table`` of ``EXTRACTION_SCHEMA``.
+
+    Fetched as ``client.gather_extractions`` fetches them (same arguments and options): one row
+    per id given, in input order (an id given twice is two rows), a failed id a row with its
+    ``error`` ("NotFoundError: ..."), never dropped. ``extraction`` is the job's extraction as
+    JSON text in the wire form (re-encoded from the decoded job), null when it has none.
+    """
+    results = await client.gather_extractions(
+        job_ids, concurrency=concurrency, format=format, on_progress=on_progress, **options
+    )
+    batch = extractions_batch([r.job_id for r in results], [_values(r) for r in results])
+    return pa.Table.from_batches([batch], schema=EXTRACTION_SCHEMA)
