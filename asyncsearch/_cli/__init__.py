@@ -74,6 +74,13 @@ last line left by a killed run is cut off before anything is appended; lines tha
 are counted on stderr, ignored, and their ids fetched again. Keep the same options when
 resuming. --output - writes to stdout and cannot be resumed.
 
+--parquet FILE writes a Parquet file instead (the table of asyncsearch.arrow.extractions_table:
+job_id, state, extraction as JSON text, error; needs pyarrow), in row groups as results arrive,
+through FILE.partial, which is renamed over FILE however the run ends (done, Ctrl-C, an error);
+a killed run leaves FILE as it was. Resuming reads FILE, copies its rows into the new file and
+fetches only the ids it does not have; with --retry-failed its failed rows are left out and
+fetched again, so every id is in the file once.
+
 Ctrl-C (or SIGTERM): no new request is started, the requests in flight are awaited and written
 (for up to 15 seconds; Ctrl-C again stops at once), a summary is printed, and the exit status is
 130 (143 for SIGTERM). Exit status 0 means every id has a success line; 1 means some failed,
@@ -274,11 +281,20 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument(
         "--max-items",
         type=_positive_int,
-        default=20,
+        default=None,
         metavar="N",
-        help="hits to show (default: 20)",
+        help="hits to show (default: 20; with --parquet, every hit)",
     )
-    results.add_argument("--json", action="store_true", help="one JSON line per hit")
+    formats = results.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="one JSON line per hit")
+    formats.add_argument(
+        "--parquet",
+        metavar="FILE",
+        help=(
+            "write the hits to a Parquet file (the columns of asyncsearch.arrow.search_table, "
+            "embeddings included; every hit unless --max-items), needs pyarrow (the arrow extra)"
+        ),
+    )
 
     extract = _subcommand(
         commands,
@@ -323,12 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[service],
     )
     many.add_argument("ids", metavar="IDS", help="a file of job ids, one per line, or - for stdin")
-    many.add_argument(
+    outputs = many.add_mutually_exclusive_group(required=True)
+    outputs.add_argument(
         "-o",
         "--output",
         metavar="FILE",
-        required=True,
         help="the JSON Lines file to write or resume; - for stdout (not resumable)",
+    )
+    outputs.add_argument(
+        "--parquet",
+        metavar="FILE",
+        help=(
+            "the Parquet file to write or resume instead: one row per id (job_id, state, "
+            "extraction, error), needs pyarrow (the arrow extra)"
+        ),
     )
     many.add_argument(
         "--concurrency", type=_positive_int, default=16, metavar="N", help="default: 16"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from rich.text import Text
 
@@ -22,6 +24,7 @@ from ._run import EXIT_OK, CommandError, Context, count
 __all__ = ["extract", "link", "search", "webhook_logs"]
 
 MAX_PAGE_SIZE = 100  # the spec's limit of pageSize
+DEFAULT_MAX_ITEMS = 20  # hits shown when --max-items is not given (without --parquet)
 
 
 def _filters(args: argparse.Namespace) -> SearchFilters | None:
@@ -46,21 +49,22 @@ async def search(ctx: Context) -> int:
     image = image_data_url(args.image) if args.image else None
     if args.resource_id:
         ctx.subject = f"resource {args.resource_id}"
-    page_size = args.page_size or min(args.max_items, MAX_PAGE_SIZE)
+    query: dict[str, Any] = {
+        "image": image,
+        "resource_id": args.resource_id,
+        "filters": _filters(args),
+        "precision": args.precision,
+        "incognito": True if args.incognito else None,
+        "sort": args.sort,
+        "start_page": args.page,
+    }
+    if args.parquet is not None:
+        return await _search_parquet(ctx, query)
+    max_items = DEFAULT_MAX_ITEMS if args.max_items is None else args.max_items
+    page_size = args.page_size or min(max_items, MAX_PAGE_SIZE)
     found: list[SearchHit] = []
     async with ctx.client() as client:
-        pager = client.search_hits(
-            args.text,
-            image=image,
-            resource_id=args.resource_id,
-            filters=_filters(args),
-            precision=args.precision,
-            incognito=True if args.incognito else None,
-            page_size=page_size,
-            sort=args.sort,
-            max_items=args.max_items,
-            start_page=args.page,
-        )
+        pager = client.search_hits(args.text, page_size=page_size, max_items=max_items, **query)
         async with pager as hits:
             async for hit in hits:
                 if args.json:
@@ -80,6 +84,41 @@ async def search(ctx: Context) -> int:
     else:
         summary = count(len(found), "hit")
     console.print(Text(summary, style="dim"))
+    return EXIT_OK
+
+
+async def _search_parquet(ctx: Context, query: dict[str, Any]) -> int:
+    """``search --parquet FILE``: every hit (or --max-items) into a Parquet file, page by page."""
+    from asyncsearch.arrow import HitBatches
+
+    from ._parquet import HitParquet
+
+    args = ctx.args
+    max_items = args.max_items
+    page_size = args.page_size or MAX_PAGE_SIZE
+    max_pages = None if max_items is None else -(-max_items // page_size)
+    builder = HitBatches()
+    async with ctx.client() as client:
+        pager = client.search_pages(args.text, page_size=page_size, max_pages=max_pages, **query)
+        out = HitParquet(args.parquet)
+        taken = 0
+        try:
+            async with pager as pages:
+                async for page in pages:
+                    room = None if max_items is None else max_items - taken
+                    out.write(builder.add(page, room))
+                    taken += len(page.hits) if room is None else min(room, len(page.hits))
+                    if max_items is not None and taken >= max_items:
+                        break
+            out.write(builder.finish())
+        finally:
+            # Interrupted or failed: what was walked so far is kept (widths still unknown are
+            # settled as at the end of a walk).
+            if builder.held:
+                out.write(builder.finish())
+            out.close(builder.schema)
+    total = f" ({pager.total} in all)" if pager.total is not None else ""
+    print(f"search: wrote {count(out.rows, 'hit')} to {args.parquet}{total}", file=sys.stderr)
     return EXIT_OK
 
 

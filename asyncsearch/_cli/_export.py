@@ -329,7 +329,9 @@ def _progress(total: int | None) -> Progress:
     )
 
 
-def _summary(export: _Export, output: str, elapsed: float, *, stopped: str | None) -> str:
+def _summary(
+    export: _Export, output: str, elapsed: float, *, stopped: str | None, parquet: bool = False
+) -> str:
     """The closing report; ``stopped`` says why a run that did not finish ended early."""
     rate = f", {export.fetched / elapsed:.0f}/s" if elapsed > 0 and export.fetched else ""
     if stopped is not None:
@@ -351,9 +353,10 @@ def _summary(export: _Export, output: str, elapsed: float, *, stopped: str | Non
     )
     if export.failed:
         kept = f" ({export.skipped_failed} from an earlier run)" if export.skipped_failed else ""
+        where = "the rows with an error" if parquet else 'the lines with "ok": false'
         line += (
-            f"\nextract-many: {count(export.failed, 'id')} failed{kept}: see the lines with "
-            '"ok": false; --retry-failed fetches them again'
+            f"\nextract-many: {count(export.failed, 'id')} failed{kept}: see {where}; "
+            "--retry-failed fetches them again"
         )
     return line
 
@@ -363,8 +366,20 @@ async def extract_many(ctx: Context) -> int:
     args = ctx.args
     client = ctx.client()  # a missing key or URL is reported before any file is touched
     chunks, countable = _open_ids(args.ids)
-    out: IO[bytes]
-    if args.output == "-":
+    out: IO[bytes] | None = None
+    parquet = None
+    if args.parquet is not None:
+        try:
+            from ._parquet import ExtractionParquet
+
+            parquet = ExtractionParquet(
+                args.parquet, retry_failed=args.retry_failed, redact=ctx.redact
+            )
+        except BaseException:
+            chunks.close()
+            raise
+        existing = _Existing(state=parquet.state, lines=len(parquet.state))
+    elif args.output == "-":
         out, existing = sys.stdout.buffer, _Existing()
     else:
         try:
@@ -372,6 +387,7 @@ async def extract_many(ctx: Context) -> int:
         except BaseException:
             chunks.close()
             raise
+    output_name = args.parquet if parquet is not None else args.output
     export = _Export(done=existing.state, retry_failed=args.retry_failed)
     total = None
     if countable and stderr_console().is_terminal:
@@ -427,8 +443,12 @@ async def extract_many(ctx: Context) -> int:
                     if isinstance(result.error, AuthenticationError):
                         # Every other id would fail the same way: stop, and record nothing.
                         raise result.error
-                    out.write(_line(result, ctx))
-                    out.flush()
+                    if parquet is not None:
+                        parquet.write(result)
+                    else:
+                        assert out is not None
+                        out.write(_line(result, ctx))
+                        out.flush()
                     if result.ok:
                         export.fetched_ok += 1
                     else:
@@ -441,13 +461,18 @@ async def extract_many(ctx: Context) -> int:
         for timer in timers:
             timer.cancel()
         chunks.close()
-        if out is not sys.stdout.buffer:
+        if parquet is not None:
+            parquet.close()  # what was fetched is kept, however the run ended
+        elif out is not None and out is not sys.stdout.buffer:
             out.close()
         stopped = None
         if not finished:
             stopped = "interrupted" if ctx.runtime.signal is not None else "stopped"
         elapsed = time.monotonic() - started
-        print(_summary(export, args.output, elapsed, stopped=stopped), file=sys.stderr, flush=True)
+        summary = _summary(
+            export, output_name, elapsed, stopped=stopped, parquet=parquet is not None
+        )
+        print(summary, file=sys.stderr, flush=True)
     if not finished:
         return ctx.runtime.exit_code
     return EXIT_FAILURE if export.failed else EXIT_OK

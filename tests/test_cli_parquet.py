@@ -1,0 +1,177 @@
+"""``--parquet FILE`` of ``search`` and ``extract-many``: the tables of ``asyncsearch.arrow``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import pytest_asyncio
+
+from asyncsearch import AsyncSearchClient
+from asyncsearch.arrow import EXTRACTION_SCHEMA, extractions_table, search_table
+from asyncsearch.testing import ServiceEmulator
+
+from .cli_helpers import RUN_TIMEOUT, TEST_KEY, cli_env, extract_fetches, finish, run_cli, start_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+N_JOBS = 120
+CONCURRENCY = 4
+
+
+@pytest_asyncio.fixture
+async def emu() -> AsyncIterator[ServiceEmulator]:
+    async with ServiceEmulator(api_key=TEST_KEY, seed=3, n_resources=60, n_jobs=N_JOBS) as e:
+        yield e
+
+
+def _rows(table: pa.Table) -> list[dict[str, object]]:
+    """The rows, by column name: a file read back names a list's child field differently."""
+    return table.to_pylist()
+
+
+async def test_search_parquet_reads_back_as_search_table(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    out = tmp_path / "hits.parquet"
+    result = await run_cli(
+        "search", "--kind", "document", "--page-size", "7", "--parquet", str(out), env=cli_env(emu)
+    )
+    assert result.code == 0, result.stderr
+    async with AsyncSearchClient(TEST_KEY, base_url=emu.base_url) as client:
+        expected = await search_table(client, filters={"kinds": ["document"]}, page_size=7)
+    written = pq.read_table(out)
+    assert written.num_rows == expected.num_rows > 7
+    assert written.schema.names == expected.schema.names
+    assert [f.type.list_size for f in written.schema if pa.types.is_fixed_size_list(f.type)] == [
+        f.type.list_size for f in expected.schema if pa.types.is_fixed_size_list(f.type)
+    ]
+    assert _rows(written) == _rows(expected)
+    assert f"search: wrote {expected.num_rows} hits to {out}" in result.stderr
+    assert not (tmp_path / "hits.parquet.partial").exists()
+
+    cut = await run_cli("search", "--parquet", str(out), "--max-items", "9", env=cli_env(emu))
+    assert cut.code == 0, cut.stderr
+    assert pq.read_table(out).num_rows == 9
+
+
+async def test_extract_many_parquet_has_every_id_once_as_extractions_table(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()[:30]] + ["00000000-0000-4000-8000-000000000000"]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids + ids[:5]) + "\n")  # repeated ids are fetched once
+    out = tmp_path / "jobs.parquet"
+    result = await run_cli("extract-many", str(ids_file), "--parquet", str(out), env=cli_env(emu))
+    assert result.code == 1, result.stderr  # one id failed
+    assert "31 ids, 30 ok, 1 failed" in result.stderr
+    written = pq.read_table(out)
+    assert written.schema == EXTRACTION_SCHEMA
+    async with AsyncSearchClient(TEST_KEY, base_url=emu.base_url) as client:
+        expected = await extractions_table(client, ids)
+
+    def by_id(table: pa.Table) -> dict[object, dict[str, object]]:
+        return {row["job_id"]: row for row in table.to_pylist()}
+
+    assert written.num_rows == len(ids)
+    assert by_id(written) == by_id(expected)
+
+
+async def test_an_interrupted_parquet_export_resumes_with_every_id_once(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    out = tmp_path / "jobs.parquet"
+    args = ("extract-many", str(ids_file), "--parquet", str(out), "--concurrency", str(CONCURRENCY))
+    # 40 fetches pass, then every worker is parked at the gate: the run is in the middle when
+    # the signal comes, however fast this machine is.
+    emu.faults.hold("extract", after=40)
+    process = await start_cli(*args, env=cli_env(emu))
+    async with asyncio.timeout(RUN_TIMEOUT):
+        await emu.faults.wait_parked(CONCURRENCY, "extract")
+    process.send_signal(signal.SIGINT)
+    assert process.stderr is not None
+    head = b""
+    async with asyncio.timeout(RUN_TIMEOUT):
+        while b"stopping" not in head:
+            line = await process.stderr.readline()
+            assert line, head.decode()
+            head += line
+    emu.faults.release()
+    first = await finish(process)
+    assert first.code == 130, head.decode() + first.stderr
+    written = pq.read_table(out)
+    assert written.num_rows == 40 + CONCURRENCY
+    # What was in flight was written: every request made has its row.
+    assert sum(extract_fetches(emu).values()) == written.num_rows
+
+    emu.faults.clear()
+    second = await run_cli(*args, env=cli_env(emu))
+    assert second.code == 0, second.stderr
+    assert f"{written.num_rows} already in" in second.stderr
+    final = pq.read_table(out)
+    assert sorted(final.column("job_id").to_pylist()) == sorted(ids)
+    assert final.slice(0, written.num_rows).equals(written)  # the earlier rows, kept as they were
+    assert set(extract_fetches(emu).values()) == {1}
+
+
+async def test_retry_failed_replaces_the_failed_rows(emu: ServiceEmulator, tmp_path: Path) -> None:
+    ids = [job["id"] for job in emu.jobs()[:6]]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    out = tmp_path / "jobs.parquet"
+    emu.faults.script("extract", [404, 404])  # the first two fetches fail
+    first = await run_cli(
+        "extract-many",
+        str(ids_file),
+        "--parquet",
+        str(out),
+        "--concurrency",
+        "1",
+        env=cli_env(emu),
+    )
+    assert first.code == 1, first.stderr
+    assert pq.read_table(out).column("error").null_count == 4
+    again = await run_cli("extract-many", str(ids_file), "--parquet", str(out), env=cli_env(emu))
+    assert again.code == 1  # failures kept: not fetched again without --retry-failed
+    assert sum(extract_fetches(emu).values()) == 6
+    retried = await run_cli(
+        "extract-many", str(ids_file), "--parquet", str(out), "--retry-failed", env=cli_env(emu)
+    )
+    assert retried.code == 0, retried.stderr
+    final = pq.read_table(out)
+    assert sorted(final.column("job_id").to_pylist()) == sorted(ids)
+    assert final.column("error").null_count == 6
+    assert sum(extract_fetches(emu).values()) == 8
+
+
+async def test_a_file_that_is_not_an_export_is_refused_and_kept(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(emu.jobs()[0]["id"] + "\n")
+    notes = tmp_path / "notes.parquet"
+    notes.write_bytes(b"my notes, not a Parquet file")
+    hits = tmp_path / "hits.parquet"
+    pq.write_table(pa.table({"id": ["a"]}), hits)
+    for target in (notes, hits):
+        before = target.read_bytes()
+        result = await run_cli(
+            "extract-many", str(ids_file), "--parquet", str(target), env=cli_env(emu)
+        )
+        assert result.code != 0
+        assert "choose another --parquet file" in result.stderr
+        assert target.read_bytes() == before
+    assert sum(extract_fetches(emu).values()) == 0
+    both = await run_cli(
+        "extract-many", str(ids_file), "-o", "x.jsonl", "--parquet", "x.parquet", env=cli_env(emu)
+    )
+    assert both.code == 2
+    assert "not allowed with argument" in both.stderr
