@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, Unpack, get_args
 
 import msgspec
@@ -88,6 +89,8 @@ HIT_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("is_locked", pa.bool_()),
 )
 
+_SCALARS = attrgetter(*(name for name, _ in HIT_COLUMNS))
+
 #: The columns of an extraction result: one row per id.
 EXTRACTION_SCHEMA = pa.schema(
     [
@@ -114,7 +117,8 @@ def hit_schema(widths: Mapping[EmbeddingName, int] | None) -> pa.Schema:
 class _HeldPage:
     """A page made into columns, kept until every embedding's width is known."""
 
-    scalars: list[pa.Array]
+    #: Per hit, its scalar fields (``HIT_COLUMNS``), made into columns when the batch is.
+    scalars: list[tuple[Any, ...]]
     #: Per embedding: the page's float32 matrix and which rows have a vector; None: no row has.
     vectors: dict[EmbeddingName, tuple[Any, Any] | None]
     rows: int
@@ -163,14 +167,12 @@ class HitBatches:
         chosen = page.hits if hits is None else page.hits[:hits]
         if not chosen:
             return []
-        scalars = [
-            pa.array([getattr(hit, name) for hit in chosen], kind) for name, kind in HIT_COLUMNS
-        ]
+        # One call per hit for every scalar field; the columns are made with the batch.
+        scalars = list(map(_SCALARS, chosen))
         vectors: dict[EmbeddingName, tuple[Any, Any] | None] = {}
         if self.embeddings:
-            assert isinstance(page, SearchPage)
             for name in EMBEDDING_NAMES:
-                vectors[name] = self._matrix(page, chosen, name)
+                vectors[name] = self._matrix(chosen, name)
         self.held.append(_HeldPage(scalars, vectors, len(chosen)))
         self.held_hits += len(chosen)
         self.walked_hits += len(chosen)
@@ -183,23 +185,33 @@ class HitBatches:
         self._settle("no hit of the search had one")
         return self._release()
 
-    def _matrix(self, page: SearchPage, hits: list[Any], name: EmbeddingName) -> Any:
+    def _matrix(self, hits: list[Any], name: EmbeddingName) -> Any:
+        """The hits' ``name`` vectors as ``SearchPage.embedding_matrix`` makes them (float32,
+        NaN rows where a hit has none), and which rows have one; None when no hit has one."""
         path = f"$.hits[*].embeddings.{name}"
-        if len(hits) < len(page.hits):
-            page = msgspec.structs.replace(page, hits=hits)
-        try:
-            matrix = page.embedding_matrix(name)
-        except ValueError as exc:
-            raise ResponseValidationError(
-                f"the hits' {name} embeddings disagree on their size: {exc}", path=path, body=b""
-            ) from None
-        width: int = matrix.shape[1]
-        if width == 0:  # no hit of the page has this embedding
+        vectors = [getattr(e, name) if (e := hit.embeddings) is not None else None for hit in hits]
+        present = [bool(vector) for vector in vectors]
+        sizes = {len(vector) for vector in vectors if vector}
+        if not sizes:  # no hit of the page has this embedding
             return None
-        present = np.array(
-            [bool(hit.embeddings and getattr(hit.embeddings, name)) for hit in hits], dtype=bool
-        )
-        first = hits[int(np.argmax(present))].id
+        if len(sizes) > 1:
+            hit = next(h for h, v in zip(hits, vectors, strict=True) if v and len(v) != max(sizes))
+            raise ResponseValidationError(
+                f"the hits' {name} embeddings disagree on their size: hit {hit.id!r} has "
+                f"{len(getattr(hit.embeddings, name))} {name} values where others have "
+                f"{max(sizes)}",
+                path=path,
+                body=b"",
+            )
+        (width,) = sizes
+        if all(present):
+            matrix = np.array(vectors, dtype=np.float32)
+        else:
+            matrix = np.full((len(hits), width), np.nan, dtype=np.float32)
+            for row, vector in enumerate(vectors):
+                if vector:
+                    matrix[row] = vector
+        first = hits[present.index(True)].id
         expected = self.widths[name]
         if expected is None:
             self.widths[name] = width
@@ -214,7 +226,7 @@ class HitBatches:
                 path=path,
                 body=b"",
             )
-        return matrix, present
+        return matrix, np.array(present, dtype=bool)
 
     def _settle(self, reason: str) -> None:
         for name in EMBEDDING_NAMES:
@@ -233,7 +245,9 @@ class HitBatches:
         return batches
 
     def _batch(self, page: _HeldPage, schema: pa.Schema) -> pa.RecordBatch:
-        columns = list(page.scalars)
+        fields = zip(*page.scalars, strict=True)
+        kinds = [kind for _, kind in HIT_COLUMNS]
+        columns = [pa.array(values, kind) for values, kind in zip(fields, kinds, strict=True)]
         for name in EMBEDDING_NAMES if self.embeddings else ():
             kind = schema.field(name).type
             held = page.vectors[name]
@@ -300,6 +314,8 @@ async def search_table(
         not isinstance(max_items, int) or isinstance(max_items, bool) or max_items < 0
     ):
         raise InvalidRequestError(f"max_items must be an integer >= 0 or None, got {max_items!r}")
+    # Each page becomes a record batch as it comes, while the next one is on its way; the
+    # table at the end only collects them (no copy).
     builder = HitBatches(dict(check_embedding_widths(embedding_widths)), None, embeddings)
     batches: list[pa.RecordBatch] = []
     page_size = params.get("page_size")
