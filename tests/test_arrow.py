@@ -9,9 +9,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
+import pytest
+
+pytest.importorskip(
+    "pyarrow", reason="asyncsearch.arrow needs pyarrow (the arrow extra, in the test extra)"
+)
+
 import numpy as np
 import pyarrow as pa
-import pytest
 import pytest_asyncio
 from aiohttp import web
 

@@ -7,9 +7,14 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip(
+    "pyarrow", reason="--parquet needs pyarrow (the arrow extra, in the test extra)"
+)
+
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import pytest_asyncio
 
 from asyncsearch import AsyncSearchClient

@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the tracing tests need the OpenTelemetry SDK (in the test extra)"
+)
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
