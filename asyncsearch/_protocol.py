@@ -1069,28 +1069,17 @@ def status_error(
     if detail:
         parts.append(redact(detail, secret))
     message = ": ".join(parts)
-    error: APIStatusError
-    if cls is RateLimitError:
-        error = RateLimitError(
-            message,
-            status_code=status,
-            headers=response.headers,
-            body=body,
-            method=method,
-            url=url,
-            attempts=attempts,
-            retry_after=retry_after,
-        )
-    else:
-        error = cls(
-            message,
-            status_code=status,
-            headers=response.headers,
-            body=body,
-            method=method,
-            url=url,
-            attempts=attempts,
-        )
+    error = cls(
+        message,
+        status_code=status,
+        headers=response.headers,
+        body=body,
+        method=method,
+        url=url,
+        attempts=attempts,
+    )
+    if isinstance(error, RateLimitError):
+        error.retry_after = retry_after
     rid = request_id(response.headers)
     error.request_id = None if rid is None else redact(rid, secret)
     return error

@@ -124,3 +124,15 @@ def extract_fetches(emu: ServiceEmulator) -> Counter[str]:
     return Counter(
         request.path.rsplit("/", 1)[1] for request in emu.requests if request.endpoint == "extract"
     )
+
+
+async def read_stderr_until(process: asyncio.subprocess.Process, marker: bytes) -> str:
+    """Read a started command's stderr up to a line holding ``marker``; return what was read."""
+    assert process.stderr is not None
+    seen = b""
+    async with asyncio.timeout(RUN_TIMEOUT):
+        while marker not in seen:
+            line = await process.stderr.readline()
+            assert line, f"stderr ended before {marker!r}: {seen.decode()!r}"
+            seen += line
+    return seen.decode()

@@ -403,6 +403,18 @@ _SHOW_LOGGING = (
 )
 
 
+def _show_logging(value: str) -> subprocess.CompletedProcess[str]:
+    """Import asyncsearch with ``ASYNCSEARCH_LOG=value``: its logger's level and handlers."""
+    return subprocess.run(
+        [sys.executable, "-c", _SHOW_LOGGING],
+        env={**os.environ, "ASYNCSEARCH_LOG": value},
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        check=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("value", "level", "handlers", "shown"),
     [
@@ -414,28 +426,12 @@ _SHOW_LOGGING = (
 def test_asyncsearch_log_configures_the_logger(
     value: str, level: int, handlers: int, shown: list[str]
 ) -> None:
-    env = {**os.environ, "ASYNCSEARCH_LOG": value}
-    done = subprocess.run(
-        [sys.executable, "-c", _SHOW_LOGGING],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60 * TIME_SCALE,
-        check=True,
-    )
+    done = _show_logging(value)
     assert done.stdout.split() == [str(level), str(handlers)]
     assert [line for line in ("debug line", "info line") if line in done.stderr] == shown
 
 
 def test_an_unknown_asyncsearch_log_value_is_said_not_ignored() -> None:
-    env = {**os.environ, "ASYNCSEARCH_LOG": "verbose"}
-    done = subprocess.run(
-        [sys.executable, "-c", _SHOW_LOGGING],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60 * TIME_SCALE,
-        check=True,
-    )
+    done = _show_logging("verbose")
     assert done.stdout.split() == ["0", "0"]
     assert "ASYNCSEARCH_LOG='verbose' is not 'debug' or 'info'" in done.stderr

@@ -22,6 +22,7 @@ from .cli_helpers import (
     extract_fetches,
     finish,
     read_jsonl,
+    read_stderr_until,
     run_cli,
     start_cli,
 )
@@ -57,18 +58,6 @@ async def _wait_for_lines(path: Path, count: int, timeout: float = 20.0) -> None
             if _line_count(path) >= count:
                 return
             await asyncio.sleep(0.01)
-
-
-async def _read_stderr_until(process: asyncio.subprocess.Process, marker: bytes) -> str:
-    """Read the command's stderr up to a line holding ``marker``; return what was read."""
-    assert process.stderr is not None
-    seen = b""
-    async with asyncio.timeout(RUN_TIMEOUT):
-        while marker not in seen:
-            line = await process.stderr.readline()
-            assert line, f"stderr ended before {marker!r}: {seen.decode()!r}"
-            seen += line
-    return seen.decode()
 
 
 async def test_one_line_per_distinct_id_with_failures_reported(
@@ -127,7 +116,7 @@ async def test_interrupted_then_resumed_fetches_each_id_once(
     await _wait_for_lines(out, 40)
     process.send_signal(signum)
     # Let the requests in flight go once the command says it is stopping (so no new id starts).
-    head = await _read_stderr_until(process, b"stopping")
+    head = await read_stderr_until(process, b"stopping")
     emu.faults.release()
     first = await finish(process)
     first.stderr = head + first.stderr

@@ -21,7 +21,16 @@ from asyncsearch import AsyncSearchClient
 from asyncsearch.arrow import EXTRACTION_SCHEMA, extractions_table, search_table
 from asyncsearch.testing import ServiceEmulator
 
-from .cli_helpers import RUN_TIMEOUT, TEST_KEY, cli_env, extract_fetches, finish, run_cli, start_cli
+from .cli_helpers import (
+    RUN_TIMEOUT,
+    TEST_KEY,
+    cli_env,
+    extract_fetches,
+    finish,
+    read_stderr_until,
+    run_cli,
+    start_cli,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,16 +111,11 @@ async def test_an_interrupted_parquet_export_resumes_with_every_id_once(
     async with asyncio.timeout(RUN_TIMEOUT):
         await emu.faults.wait_parked(CONCURRENCY, "extract")
     process.send_signal(signal.SIGINT)
-    assert process.stderr is not None
-    head = b""
-    async with asyncio.timeout(RUN_TIMEOUT):
-        while b"stopping" not in head:
-            line = await process.stderr.readline()
-            assert line, head.decode()
-            head += line
+    # Let the requests in flight go once the command says it is stopping (no new id starts).
+    head = await read_stderr_until(process, b"stopping")
     emu.faults.release()
     first = await finish(process)
-    assert first.code == 130, head.decode() + first.stderr
+    assert first.code == 130, head + first.stderr
     written = pq.read_table(out)
     assert written.num_rows == 40 + CONCURRENCY
     # What was in flight was written: every request made has its row.
