@@ -619,3 +619,23 @@ async def test_ten_thousand_resources_are_searched_page_by_page(
             assert len(data["hits"]) == 20
             assert serialised == {"chunks": 20, "vectors": 40}, (body.keys(), serialised)
             assert emulator.stats.last_search_ms is not None
+
+
+async def test_a_page_walk_sees_resources_added_between_its_pages(
+    http: aiohttp.ClientSession, emu: ServiceEmulator
+) -> None:
+    # The emulator keeps the last search's order for its next page; adding a resource must
+    # end that, and another search must not get it.
+    body = {"filters": {}, "sort": {"field": "createdAt", "order": "desc"}}
+    first = await search(http, {**body, "pagination": {"page": 1, "pageSize": 5}})
+    added = emu.add_resource(name="Newest of all", createdAt="2099-01-01T00:00:00Z")
+    again = await search(http, {**body, "pagination": {"page": 1, "pageSize": 5}})
+    assert again["total"] == first["total"] + 1
+    assert ids(again["hits"])[0] == added["id"]
+    assert ids(again["hits"])[1:] == ids(first["hits"])[:4]
+    oldest = await search(
+        http,
+        {**body, "sort": {"field": "createdAt", "order": "asc"}, "pagination": {"page": 1}},
+    )
+    assert added["id"] not in ids(oldest["hits"])
+    assert ids(oldest["hits"])[0] != ids(again["hits"])[0]

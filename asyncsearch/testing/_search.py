@@ -289,6 +289,11 @@ class SearchIndex:
         self.clip2 = _VectorSpace(CLIP2)
         # row -> fingerprint of the picture of resources added with an image.
         self.images: dict[int, ImageFingerprint] = {}
+        # The last search's hits in order, for the next page of the same search: a page walk
+        # scores and sorts the whole index once, not once per page. Keyed by everything but the
+        # page, and by the number of resources (they are only ever appended).
+        self._last_search: tuple[object, list[int], dict[int, tuple[float, tuple[str, ...]]]]
+        self._last_search = (None, [], {})
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -525,6 +530,26 @@ class SearchIndex:
             use_numpy = HAVE_NUMPY
         elif use_numpy and not HAVE_NUMPY:
             raise RuntimeError("numpy is not installed; search with use_numpy=False")
+        key = (
+            request.elements,
+            request.filters,
+            request.sort_field,
+            request.sort_order,
+            use_numpy,
+            len(self.docs),
+        )
+        last_key, ordered, best = self._last_search
+        if last_key != key:
+            ordered, best = self._ordered(request, use_numpy)
+            self._last_search = (key, ordered, best)
+        start = request.page_index * request.page_size
+        page = ordered[start : start + request.page_size]
+        return len(ordered), [(self.docs[row], best[row][0], best[row][1]) for row in page]
+
+    def _ordered(
+        self, request: SearchRequest, use_numpy: bool
+    ) -> tuple[list[int], dict[int, tuple[float, tuple[str, ...]]]]:
+        """Every hit of a search in order, and each hit's score and matched terms."""
         best: dict[int, tuple[float, tuple[str, ...]]] = {}
         has_query = False
         for spec in request.elements:
@@ -542,10 +567,7 @@ class SearchIndex:
                 previous = best.get(row)
                 if previous is None or score > previous[0]:
                     best[row] = (score, terms)
-        ordered = self._sort(best, request, has_query)
-        start = request.page_index * request.page_size
-        page = ordered[start : start + request.page_size]
-        return len(ordered), [(self.docs[row], best[row][0], best[row][1]) for row in page]
+        return self._sort(best, request, has_query), best
 
     def _sort(
         self,
