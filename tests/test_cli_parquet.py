@@ -184,3 +184,38 @@ async def test_a_file_that_is_not_an_export_is_refused_and_kept(
     )
     assert both.code == 2
     assert "not allowed with argument" in both.stderr
+
+
+async def test_a_killed_parquet_export_leaves_the_last_file_and_resumes(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids = [job["id"] for job in emu.jobs()[:60]]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(ids[:20]) + "\n")
+    out = tmp_path / "jobs.parquet"
+    args = ("extract-many", str(ids_file), "--parquet", str(out), "--concurrency", "2")
+    first = await run_cli(*args, env=cli_env(emu))
+    assert first.code == 0, first.stderr
+    before = out.read_bytes()
+
+    # A second run over more ids, killed outright while its requests are parked: no footer
+    # is ever written to its FILE.partial.
+    ids_file.write_text("\n".join(ids) + "\n")
+    emu.faults.hold("extract", after=10)
+    process = await start_cli(*args, env=cli_env(emu))
+    async with asyncio.timeout(RUN_TIMEOUT):
+        await emu.faults.wait_parked(2, "extract")
+    process.kill()
+    await finish(process)
+    emu.faults.release()
+    emu.faults.clear()
+    assert out.read_bytes() == before  # the last complete file, as it was
+    partial = tmp_path / "jobs.parquet.partial"
+    assert partial.exists()
+    partial.write_bytes(partial.read_bytes() + b"garbage of a killed run" * 1000)
+
+    third = await run_cli(*args, env=cli_env(emu))
+    assert third.code == 0, third.stderr
+    final = pq.read_table(out)
+    assert sorted(final.column("job_id").to_pylist()) == sorted(ids)
+    assert not partial.exists()

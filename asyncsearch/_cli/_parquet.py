@@ -42,13 +42,18 @@ class _PartialFile:
 
         self.path = path
         self.partial = path + ".partial"
-        self._handle: IO[bytes] = open(self.partial, "a+b")  # noqa: SIM115 - closed in close()
+        # Not "w": the file (another run's, or what a killed run left) is emptied only once
+        # this run holds its lock; and not "a", whose tell() still reports the old size after
+        # truncate().
+        fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
+        self._handle: IO[bytes] = open(fd, "r+b")  # noqa: SIM115 - closed in close()
         try:
             _lock(self._handle, self.partial)
         except BaseException:
             self._handle.close()
             raise
         self._handle.truncate(0)
+        self._handle.seek(0)
         self._writer: pq.ParquetWriter | None = None
         self.rows = 0
 
