@@ -15,7 +15,7 @@ from collections.abc import (
     Iterable,
     Mapping,
 )
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from operator import attrgetter
 from types import TracebackType
 from typing import (
@@ -25,6 +25,7 @@ from typing import (
     Literal,
     Self,
     TypeAlias,
+    TypedDict,
     TypeVar,
     Unpack,
     cast,
@@ -171,6 +172,27 @@ class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
 
 
+class _OptionChanges(TypedDict, total=False):
+    """The options ``with_options`` changes: those of ``AsyncSearchClient`` but the pool's."""
+
+    api_key: str
+    base_url: str
+    base_id: str | None
+    timeout: Timeout | float | None
+    max_retries: int
+    headers: Mapping[str, str] | None
+    ssl: ssl_module.SSLContext | None
+    max_response_bytes: int
+    allow_http: bool
+    max_retry_after: float
+    max_redirects: int
+    first_page: int
+    retry_search: SearchRetryPolicy
+    tracing: bool
+    trace_content: bool | None
+
+
+_OPTION_NAMES = _OptionChanges.__optional_keys__
 _REQUEST_OPTIONS = RequestOptions.__optional_keys__
 _SEARCH_OPTIONS = SearchOptions.__optional_keys__
 
@@ -384,6 +406,52 @@ def _check_number(name: str, value: object, *, minimum: float, integer: bool = F
         kind = "an integer" if integer else "a number"
         raise ConfigurationError(f"{name} must be {kind} >= {minimum}, got {value!r}")
     return value
+
+
+def _make_options(values: Mapping[str, Any]) -> _Options:
+    """Check the client's options (``_OptionChanges``) and make the ``_Options`` of a client."""
+    api_key, allow_http, tracing = values["api_key"], values["allow_http"], values["tracing"]
+    ssl, base_id, first_page = values["ssl"], values["base_id"], values["first_page"]
+    retry_search, trace_content = values["retry_search"], values["trace_content"]
+    if not isinstance(allow_http, bool):
+        raise ConfigurationError("allow_http must be a bool")
+    if not isinstance(tracing, bool):
+        raise ConfigurationError("tracing must be a bool")
+    if trace_content is not None and not isinstance(trace_content, bool):
+        raise ConfigurationError("trace_content must be a bool or None")
+    if ssl is not None and not isinstance(ssl, ssl_module.SSLContext):
+        raise ConfigurationError("ssl must be an ssl.SSLContext or None")
+    if base_id is not None:
+        base_id = _check_text_option("base_id", base_id)
+    if isinstance(first_page, bool) or not isinstance(first_page, int):
+        raise ConfigurationError(f"first_page must be an integer, got {first_page!r}")
+    if retry_search not in _SEARCH_RETRY_POLICIES:
+        raise ConfigurationError(f"retry_search must be 'safe' or 'always', got {retry_search!r}")
+    if not isinstance(api_key, _Secret):
+        api_key = _Secret(_check_text_option("api_key", api_key))
+    return _Options(
+        api_key=api_key,
+        base_url=protocol.check_base_url(values["base_url"], allow_http=allow_http),
+        base_id=base_id,
+        timeout=Timeout.coerce(values["timeout"]),
+        max_retries=_check_number("max_retries", values["max_retries"], minimum=0, integer=True),
+        headers=_check_headers(values["headers"]),
+        ssl=ssl,
+        max_response_bytes=_check_number(
+            "max_response_bytes", values["max_response_bytes"], minimum=1, integer=True
+        ),
+        allow_http=allow_http,
+        max_retry_after=float(
+            _check_number("max_retry_after", values["max_retry_after"], minimum=0)
+        ),
+        max_redirects=_check_number(
+            "max_redirects", values["max_redirects"], minimum=0, integer=True
+        ),
+        first_page=first_page,
+        retry_search=retry_search,
+        tracing=tracing,
+        trace_content=trace_content,
+    )
 
 
 class RawResponseClient:
@@ -713,88 +781,13 @@ class AsyncSearchClient:
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
-        self._options = self._make_options(
-            api_key=api_key,
-            base_url=base_url,
-            base_id=base_id,
-            timeout=timeout,
-            max_retries=max_retries,
-            headers=headers,
-            ssl=ssl,
-            max_response_bytes=max_response_bytes,
-            allow_http=allow_http,
-            max_retry_after=max_retry_after,
-            max_redirects=max_redirects,
-            first_page=first_page,
-            retry_search=retry_search,
-            tracing=tracing,
-            trace_content=trace_content,
-        )
+        given = locals()  # the options of _OptionChanges, by their names
+        self._options = _make_options({name: given[name] for name in _OPTION_NAMES})
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
         self._shared = _Shared(transport, budget)
         self._owns_transport = True
         self._closed = False
-
-    @staticmethod
-    def _make_options(
-        *,
-        api_key: str | _Secret,
-        base_url: object,
-        base_id: object,
-        timeout: Timeout | float | NotGiven | None,
-        max_retries: object,
-        headers: Mapping[str, str] | None,
-        ssl: object,
-        max_response_bytes: object,
-        allow_http: object,
-        max_retry_after: object,
-        max_redirects: object,
-        first_page: object,
-        retry_search: object,
-        tracing: object,
-        trace_content: object,
-    ) -> _Options:
-        if not isinstance(allow_http, bool):
-            raise ConfigurationError("allow_http must be a bool")
-        if not isinstance(tracing, bool):
-            raise ConfigurationError("tracing must be a bool")
-        if trace_content is not None and not isinstance(trace_content, bool):
-            raise ConfigurationError("trace_content must be a bool or None")
-        if ssl is not None and not isinstance(ssl, ssl_module.SSLContext):
-            raise ConfigurationError("ssl must be an ssl.SSLContext or None")
-        if base_id is not None:
-            base_id = _check_text_option("base_id", base_id)
-        if isinstance(first_page, bool) or not isinstance(first_page, int):
-            raise ConfigurationError(f"first_page must be an integer, got {first_page!r}")
-        if retry_search not in _SEARCH_RETRY_POLICIES:
-            raise ConfigurationError(
-                f"retry_search must be 'safe' or 'always', got {retry_search!r}"
-            )
-        secret = (
-            api_key
-            if isinstance(api_key, _Secret)
-            else _Secret(_check_text_option("api_key", api_key))
-        )
-        return _Options(
-            api_key=secret,
-            base_url=protocol.check_base_url(base_url, allow_http=allow_http),
-            base_id=base_id,
-            timeout=Timeout.coerce(timeout),
-            max_retries=_check_number("max_retries", max_retries, minimum=0, integer=True),
-            headers=_check_headers(headers),
-            ssl=ssl,
-            max_response_bytes=_check_number(
-                "max_response_bytes", max_response_bytes, minimum=1, integer=True
-            ),
-            allow_http=allow_http,
-            max_retry_after=float(_check_number("max_retry_after", max_retry_after, minimum=0)),
-            max_redirects=_check_number("max_redirects", max_redirects, minimum=0, integer=True),
-            first_page=first_page,
-            retry_search=cast(SearchRetryPolicy, retry_search),
-            tracing=tracing,
-            trace_content=trace_content,
-        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -831,57 +824,22 @@ class AsyncSearchClient:
         if self.is_closed:
             raise ClientClosedError("the client is closed")
 
-    def with_options(
-        self,
-        *,
-        api_key: str | NotGiven = NOT_GIVEN,
-        base_url: str | NotGiven = NOT_GIVEN,
-        base_id: str | NotGiven | None = NOT_GIVEN,
-        timeout: Timeout | float | NotGiven | None = NOT_GIVEN,
-        max_retries: int | NotGiven = NOT_GIVEN,
-        headers: Mapping[str, str] | NotGiven | None = NOT_GIVEN,
-        ssl: ssl_module.SSLContext | NotGiven | None = NOT_GIVEN,
-        max_response_bytes: int | NotGiven = NOT_GIVEN,
-        allow_http: bool | NotGiven = NOT_GIVEN,
-        max_retry_after: float | NotGiven = NOT_GIVEN,
-        max_redirects: int | NotGiven = NOT_GIVEN,
-        first_page: int | NotGiven = NOT_GIVEN,
-        retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
-        tracing: bool | NotGiven = NOT_GIVEN,
-        trace_content: bool | NotGiven | None = NOT_GIVEN,
-    ) -> AsyncSearchClient:
+    def with_options(self, **changes: Unpack[_OptionChanges]) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
-        ``base_id=None`` clears the base and ``timeout=None`` turns time limits off; an option
-        not given keeps its value. Closing the returned client does not close the shared pool.
+        Takes the options of ``AsyncSearchClient`` except ``max_connections``, ``session``,
+        ``trust_env`` and ``retry_budget`` (those of the pool). ``base_id=None`` clears the base
+        and ``timeout=None`` turns time limits off; an option not given keeps its value.
+        Closing the returned client does not close the shared pool.
         """
         self._check_open()
+        for name in changes:
+            if name not in _OPTION_NAMES:
+                raise TypeError(f"with_options() got an unexpected keyword argument {name!r}")
         old = self._options
-        given: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "api_key": api_key,
-                "base_url": base_url,
-                "base_id": base_id,
-                "timeout": timeout,
-                "max_retries": max_retries,
-                "headers": headers,
-                "ssl": ssl,
-                "max_response_bytes": max_response_bytes,
-                "allow_http": allow_http,
-                "max_retry_after": max_retry_after,
-                "max_redirects": max_redirects,
-                "first_page": first_page,
-                "retry_search": retry_search,
-                "tracing": tracing,
-                "trace_content": trace_content,
-            }.items()
-            if not isinstance(v, NotGiven)
-        }
-        current: dict[str, Any] = {f.name: getattr(old, f.name) for f in fields(old) if f.init}
-        current.update(given)
+        current: dict[str, Any] = {name: getattr(old, name) for name in _OPTION_NAMES}
         child = object.__new__(AsyncSearchClient)
-        child._options = self._make_options(**current)
+        child._options = _make_options({**current, **changes})
         child._shared = self._shared
         child._owns_transport = False
         child._closed = False
