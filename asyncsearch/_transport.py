@@ -18,7 +18,6 @@ own primitives and imports no anyio.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import ssl as ssl_module
 import sys
 import time
@@ -78,10 +77,6 @@ class _ResendRefused(Exception):
     """Raised into aiohttp when it is about to send an attempt a second time by itself."""
 
 
-#: The connections aiohttp took for the attempt running in this context (see _Connector).
-_connections: contextvars.ContextVar[list[int]] = contextvars.ContextVar("asyncsearch.attempt")
-
-
 class _Connector(aiohttp.TCPConnector):
     """aiohttp's connector, refusing a second connection for one attempt.
 
@@ -91,17 +86,28 @@ class _Connector(aiohttp.TCPConnector):
     budget, and backs off), so on the session made here that hidden resend is refused where it
     starts: when aiohttp asks for a second connection for the same attempt, before a byte of it
     is sent. aiohttp has no public switch for it; ``connect`` is the connector's documented
-    entry point, and this only counts and delegates. (A ``TraceConfig`` could count too, but
-    tracing costs ~70k instructions per request, ~15% of a bare request.)
+    entry point, and this only counts and delegates.
     """
 
-    async def connect(self, *args: Any, **kwargs: Any) -> aiohttp.connector.Connection:
-        taken = _connections.get(None)
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(limit=limit)
+        # The attempts in flight, by the id() of their ClientTimeout -> connections taken. The
+        # session hands the request's `timeout` object to `connect` as it is: made once per
+        # attempt, it names the attempt. (A contextvar named it before: setting one made every
+        # callback aiohttp schedules copy a non-empty context, ~5 us per request, with more
+        # garbage collections. A TraceConfig could count too, at ~15% of a bare request.)
+        self.attempts: dict[int, int] = {}
+
+    async def connect(
+        self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.connector.Connection:
+        key = id(timeout)
+        taken = self.attempts.get(key)
         if taken is not None:
-            taken[0] += 1
-            if taken[0] > 1:
+            if taken:
                 raise _ResendRefused
-        return await super().connect(*args, **kwargs)
+            self.attempts[key] = 1
+        return await super().connect(req, traces, timeout)
 
 
 class Transport:
@@ -233,17 +239,20 @@ class Transport:
         # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
         # session.request) and ``elapsed`` start.
         decompress_here = not session.auto_decompress
+        # One per attempt, never shared: _Connector knows the attempt by it.
         client_timeout = aiohttp.ClientTimeout(
             total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
         )
+        connector = session.connector
+        attempts = connector.attempts if isinstance(connector, _Connector) else None
+        key = id(client_timeout)
         started = time.monotonic()
-        taken = [0]
-        counted = _connections.set(taken)  # see _Connector
         current_url, current_method, current_body = url, method, body
         last_status = 0
         try:
             for _ in range(max_redirects + 1):
-                taken[0] = 0  # a fresh count for each request sent (a redirect is another)
+                if attempts is not None:
+                    attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
                 async with session.request(
                     current_method,
                     yarl.URL(current_url, encoded=True),
@@ -301,7 +310,8 @@ class Transport:
                 ) from None
             raise _translate(exc, secret) from exc
         finally:
-            _connections.reset(counted)
+            if attempts is not None:
+                attempts.pop(key, None)
             if pool is not None:
                 pool.release()
 
