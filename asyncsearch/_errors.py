@@ -36,7 +36,7 @@ its message, to quote to the service's operators; it is ``None`` when no answer 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 if TYPE_CHECKING:
     from ._models import ExtractionJob  # for the annotation of WaitTimeoutError.job only
@@ -148,8 +148,7 @@ class APITimeoutError(APIConnectionError):
 class PoolTimeoutError(APITimeoutError):
     """No connection of the client's pool became free within ``Timeout.pool``.
 
-    The request was never sent. The wait is the client's own congestion (more calls at once than
-    ``max_connections``), not the server's, so it is never retried and costs no retry budget.
+    The request was never sent; it is never retried and costs no retry budget.
     """
 
     def __init__(
@@ -159,7 +158,21 @@ class PoolTimeoutError(APITimeoutError):
         attempts: int | None = None,
     ) -> None:
         super().__init__(message, attempts=attempts, request_sent=False)
+        # Not retried: the wait is the client's own congestion (more calls at once than
+        # ``max_connections``), not the server's.
         self.retryable = False
+
+
+# Kept in step with APIStatusError.__init__, which spells them out for its own callers.
+class _AnswerFields(TypedDict):
+    """The keyword arguments of ``APIStatusError``, for a subclass that adds its own."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    body: Any
+    method: str
+    url: str
+    attempts: NotRequired[int | None]
 
 
 class APIStatusError(AsyncSearchError):
@@ -220,26 +233,9 @@ class RateLimitError(APIStatusError):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        status_code: int,
-        headers: Mapping[str, str],
-        body: Any,
-        method: str,
-        url: str,
-        attempts: int | None = None,
-        retry_after: float | None = None,
+        self, message: str, *, retry_after: float | None = None, **fields: Unpack[_AnswerFields]
     ) -> None:
-        super().__init__(
-            message,
-            status_code=status_code,
-            headers=headers,
-            body=body,
-            method=method,
-            url=url,
-            attempts=attempts,
-        )
+        super().__init__(message, **fields)
         self.retry_after = retry_after
 
 

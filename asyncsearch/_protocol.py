@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
+from typing import Any, Generic, TypedDict, TypeVar, Unpack, cast, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
@@ -156,9 +156,10 @@ class Response(msgspec.Struct, frozen=True, gc=False):
 def validate_id(name: str, value: object) -> str:
     """Return the id as the string to send, or raise if it does not match the spec's UUID pattern.
 
-    A ``uuid.UUID`` is accepted and turned into its string. Because every id must match the
-    pattern, no caller-supplied string can change the path of a request.
+    A ``uuid.UUID`` is accepted and turned into its string.
     """
+    # Because every id must match the pattern, no caller-supplied string can change the path of
+    # a request (the builders put ids in paths without percent-encoding them).
     if type(value) is str and len(value) == 36 and _UUID_RE.fullmatch(value):
         return value  # the usual case, checked first
     if isinstance(value, uuid.UUID):
@@ -180,13 +181,15 @@ def _preview(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
+def _check_length(name: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidRequestError(f"{name} is {len(value)} characters long; the limit is {limit}")
+
+
 def _validate_text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidRequestError(f"{name} must be a string, got {type(value).__name__}")
-    if len(value) > MAX_TEXT_LENGTH:
-        raise InvalidRequestError(
-            f"{name} is {len(value)} characters long; the limit is {MAX_TEXT_LENGTH}"
-        )
+    _check_length(name, value, MAX_TEXT_LENGTH)
     return value
 
 
@@ -196,10 +199,7 @@ def _validate_image(name: str, value: object) -> str:
             f"{name} must be a data URL string (see asyncsearch.image_data_url), "
             f"got {type(value).__name__}"
         )
-    if len(value) > MAX_IMAGE_LENGTH:
-        raise InvalidRequestError(
-            f"{name} is {len(value)} characters long; the limit is {MAX_IMAGE_LENGTH}"
-        )
+    _check_length(name, value, MAX_IMAGE_LENGTH)
     if not (value.startswith("data:") and ";base64," in value[:200]):
         raise InvalidRequestError(
             f"{name} must be a base64 data URL such as 'data:image/png;base64,...' "
@@ -323,6 +323,12 @@ def _normalize_query(index: int, value: object) -> SearchQuery:
     )
 
 
+def _normalize_queries(value: object) -> list[SearchQuery]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise InvalidRequestError(f"queries must be a list, got {type(value).__name__}")
+    return [_normalize_query(i, q) for i, q in enumerate(value)]
+
+
 def _opt(value: object, check: Callable[[object], T]) -> T | None:
     return None if value is None else check(value)
 
@@ -341,7 +347,7 @@ _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
 _encoder = msgspec.json.Encoder()
 
 
-def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, content_type: str = "") -> T:
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     """Decode a success body with a typed decoder; any mismatch is a ``ResponseValidationError``."""
     if not body:
         raise ResponseValidationError("the response body is empty", path=None, body=body)
@@ -353,8 +359,7 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, *, content_type: 
         message = f"the response body does not fit {_type_name(decoder)} at {path}: {reason}"
         raise ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
-        kind = f" (Content-Type {content_type!r})" if content_type else ""
-        message = f"the response body is not valid JSON{kind}: {exc}"
+        message = f"the response body is not valid JSON: {exc}"
         raise ResponseValidationError(message, path=None, body=body) from None
     except UnicodeDecodeError as exc:
         # msgspec reports invalid UTF-8 inside a string as the bare codec error. It holds the
@@ -380,9 +385,9 @@ def _parse_lean_search_page(body: bytes) -> LeanSearchPage:
 def search_page_head(body: bytes) -> SearchPageHead:
     """Read a search answer's ``total``, ``hasMore`` and hit ids, skipping everything else.
 
-    About a third of the time of the full decode of a page with embeddings. Raises
-    ``ResponseValidationError`` like the full decode when the body does not fit.
+    Raises ``ResponseValidationError`` like the full decode when the body does not fit.
     """
+    # About a third of the time of the full decode of a page with embeddings.
     return decode_body(_search_page_head_decoder, body)
 
 
@@ -398,14 +403,14 @@ def search_page_continues(body: bytes) -> bool | None:
     when ``hasMore`` is false or ``hits`` is empty (or null); ``None`` when the top-level fields
     before the first nested value do not tell (the service sent ``hits`` before ``hasMore``, an
     unknown nested field comes first, a key is written with escapes, the body is not JSON...).
-    The service sends ``total``, ``hasMore``, then ``hits``, so this reads a few dozen bytes of a
-    multi-megabyte page: it lets a walk send the next request before it decodes the page.
-
-    Only a hint: it reads the top-level object's keys in order and stops at the first ``[`` or
-    ``{`` value, so a ``hasMore`` key inside a hit is never mistaken for the page's, but the
-    body is not checked past that point. The full decode of the page still decides, and a walk
-    that acted on a wrong hint undoes it (see ``Pager``'s ``peek``).
+    Only a hint: the full decode of the page still decides.
     """
+    # The service sends ``total``, ``hasMore``, then ``hits``, so this reads a few dozen bytes of
+    # a multi-megabyte page: it lets a walk send the next request before it decodes the page.
+    # It reads the top-level object's keys in order and stops at the first ``[`` or ``{`` value,
+    # so a ``hasMore`` key inside a hit is never mistaken for the page's, but the body is not
+    # checked past that point; a walk that acted on a wrong hint undoes it (see ``Pager``'s
+    # ``peek``).
     end = len(body)
     i = _skip_space(body, 0)
     if i >= end or body[i] != _OBJECT_START:
@@ -501,12 +506,12 @@ def _parse_webhook_log(body: bytes) -> WebhookLog:
     return decode_body(_webhook_log_decoder, body)
 
 
+# Declared once for every search method: with ``text`` (positional) and ``page``
+# (``SearchParams``) these are the ten search arguments.
 class SearchWalkParams(TypedDict, total=False):
     """The keyword arguments of a search walk (``search_pages``, ``search_hits``).
 
-    Declared once for every search method: with ``text`` (positional) and ``page``
-    (``SearchParams``) these are the ten search arguments. Every one may be left out or ``None``
-    (not sent).
+    Every one may be left out or ``None`` (not sent).
     """
 
     image: str | None
@@ -540,23 +545,9 @@ def check_search_params(function: str, params: Mapping[str, object], *, page: bo
 def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[SearchPage]:
     """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
     check_search_params("search", params, page=True)
-    image = params.get("image")
-    resource_id = params.get("resource_id")
-    filters = params.get("filters")
-    precision = params.get("precision")
-    queries = params.get("queries")
+    queries = _opt(params.get("queries"), _normalize_queries)
     incognito = params.get("incognito")
-    page = params.get("page")
-    page_size = params.get("page_size")
-    sort = params.get("sort")
-    if queries is not None:
-        if isinstance(queries, str | bytes | Mapping) or not isinstance(queries, Sequence):
-            raise InvalidRequestError(f"queries must be a list, got {type(queries).__name__}")
-        checked_queries: list[SearchQuery] | None = [
-            _normalize_query(i, q) for i, q in enumerate(queries)
-        ]
-    else:
-        checked_queries = None
+    page, page_size = params.get("page"), params.get("page_size")
     if incognito is not None and not isinstance(incognito, bool):
         raise InvalidRequestError(f"incognito must be a bool or None, got {incognito!r}")
     pagination = None
@@ -567,14 +558,14 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
         )
     body = SearchRequest(
         text=_opt(text, lambda v: _validate_text("text", v)),
-        image=_opt(image, lambda v: _validate_image("image", v)),
-        resource_id=_opt(resource_id, lambda v: validate_id("resource_id", v)),
-        filters=_opt(filters, lambda v: _normalize_filters("filters", v)),
-        precision=_opt(precision, lambda v: _validate_precision("precision", v)),
-        queries=checked_queries,
+        image=_opt(params.get("image"), lambda v: _validate_image("image", v)),
+        resource_id=_opt(params.get("resource_id"), lambda v: validate_id("resource_id", v)),
+        filters=_opt(params.get("filters"), lambda v: _normalize_filters("filters", v)),
+        precision=_opt(params.get("precision"), lambda v: _validate_precision("precision", v)),
+        queries=queries,
         incognito=incognito,
         pagination=pagination,
-        sort=_opt(sort, _normalize_sort),
+        sort=_opt(params.get("sort"), _normalize_sort),
     )
     try:
         encoded = _encoder.encode(body)
@@ -592,14 +583,9 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
 
 def without_embeddings(request: Request[SearchPage]) -> Request[LeanSearchPage]:
     """The same search, its answer decoded as a ``LeanSearchPage`` (embeddings skipped)."""
-    return Request(
-        request.method,
-        request.target,
-        request.body,
-        _parse_lean_search_page,
-        request.endpoint,
-        request.idempotent,
-    )
+    # replace() keeps every other field, whatever fields Request gains.
+    lean = msgspec.structs.replace(request, parse=_parse_lean_search_page)
+    return cast("Request[LeanSearchPage]", lean)
 
 
 def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
@@ -615,18 +601,22 @@ def get_extraction(
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
-    if format is not None and check_extraction_format(format) is not None:
+    if check_extraction_format(format) is not None:
         target += f"?format={format}"
     return Request("GET", target, None, _parse_extraction_job, "extract")
 
 
 def check_extraction_format(format: object) -> ExtractionFormat | None:
     """Return ``format`` if it is "json", "markdown" or None; else raise ``InvalidRequestError``."""
-    if format is not None and format not in _EXTRACTION_FORMATS:
+    return _check_choice("format", format, _EXTRACTION_FORMATS)
+
+
+def _check_choice(name: str, value: object, choices: tuple[T, ...]) -> T | None:
+    if value is not None and value not in choices:
         raise InvalidRequestError(
-            f"format must be one of {', '.join(_EXTRACTION_FORMATS)} or None, got {format!r}"
+            f"{name} must be one of {', '.join(map(str, choices))} or None, got {value!r}"
         )
-    return format
+    return value
 
 
 def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPreview]:
@@ -639,18 +629,14 @@ def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPrevi
         target = f"/v2/link?url={quote(url, safe='')}"
     except UnicodeEncodeError as exc:
         raise _not_utf8("url", exc) from None
-    if type is not None:
-        if type not in _LINK_TYPES:
-            raise InvalidRequestError(
-                f"type must be one of {', '.join(_LINK_TYPES)} or None, got {type!r}"
-            )
+    if _check_choice("type", type, _LINK_TYPES) is not None:
         target += f"&type={type}"
     return Request("GET", target, None, _parse_link_preview, "link")
 
 
 def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary]]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs``."""
-    job = quote(validate_id("job_id", job_id), safe="")
+    job = validate_id("job_id", job_id)  # a validated UUID: nothing to percent-encode
     return Request(
         "GET", f"/v2/extract/{job}/webhook-logs", None, _parse_webhook_log_list, "webhook_logs"
     )
@@ -658,8 +644,7 @@ def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary
 
 def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[WebhookLog]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs/{logId}``."""
-    job = quote(validate_id("job_id", job_id), safe="")
-    log = quote(validate_id("log_id", log_id), safe="")
+    job, log = validate_id("job_id", job_id), validate_id("log_id", log_id)
     return Request(
         "GET", f"/v2/extract/{job}/webhook-logs/{log}", None, _parse_webhook_log, "webhook_log"
     )
@@ -782,9 +767,10 @@ _PERCENT_ESCAPE = re.compile(r"(%[0-9A-Fa-f]{2})")
 def _encode_path(path: str) -> str:
     """``path`` with every character a URL path cannot hold percent-encoded as UTF-8.
 
-    ``%XX`` escapes already there are kept, so an encoded prefix goes out exactly as given, and a
-    ``%`` that starts no escape becomes ``%25``: encoding an encoded path changes nothing.
+    ``%XX`` escapes already there are kept, and a ``%`` that starts no escape becomes ``%25``.
     """
+    # Keeping the escapes sends an encoded prefix exactly as given: encoding an encoded path
+    # changes nothing.
     pieces = _PERCENT_ESCAPE.split(path)
     # split() with one group: the escapes are at the odd indexes.
     return "".join(
@@ -796,9 +782,9 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
     """Return the base URL without a trailing slash, or raise ``ConfigurationError``.
 
     It must be absolute, without user info, query or fragment; a plain ``http`` URL is refused
-    unless the host is loopback or ``allow_http`` is set, since the key would cross the network
-    in the clear. The host must be ASCII (an internationalised name in its ``xn--`` form); in the
-    path, characters a URL cannot hold as they are (a space, non-ASCII) are percent-encoded.
+    unless the host is loopback or ``allow_http`` is set. The host must be ASCII (an
+    internationalised name in its ``xn--`` form); in the path, characters a URL cannot hold as
+    they are (a space, non-ASCII) are percent-encoded.
     """
     if not isinstance(base_url, str) or not base_url.strip():
         raise ConfigurationError("base_url is missing: pass base_url= or set ASYNCSEARCH_BASE_URL")
@@ -828,6 +814,7 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
         raise ConfigurationError(
             "base_url's path is not valid Unicode (a lone surrogate)"
         ) from None
+    # Over plain http to another host, the key would cross the network in the clear.
     if parts.scheme == "http" and not allow_http and not _is_loopback(host):
         raise ConfigurationError(
             f"base_url {base_url!r} is plain http to a host that is not loopback; the API key "
@@ -932,9 +919,7 @@ def with_extras(
 def request_id(headers: Mapping[str, str]) -> str | None:
     """The id the service gave an answer (``X-Request-Id``, else ``Request-Id``), or ``None``."""
     value = _header(headers, "x-request-id")
-    if value is None:
-        value = _header(headers, "request-id")
-    return value
+    return value if value is not None else _header(headers, "request-id")
 
 
 def build_headers(
@@ -982,17 +967,15 @@ def same_origin(a: str, b: str) -> bool:
 def redirect_target(current_url: str, location: str) -> str | None:
     """The absolute URL to follow a redirect to, or ``None`` when it must not be followed.
 
-    Only same-origin redirects are followed (so ``X-Api-Key`` never goes anywhere else); a
-    ``Location`` with user info is never followed.
+    Only same-origin redirects are followed; a ``Location`` with user info is never followed.
     """
     try:
         target = urljoin(current_url, location.strip())
         parts = urlsplit(target)
     except ValueError:
         return None
-    if parts.username is not None or "@" in parts.netloc:
-        return None
-    if not same_origin(current_url, target):
+    # Same origin only, so that ``X-Api-Key`` never goes anywhere else.
+    if parts.username is not None or "@" in parts.netloc or not same_origin(current_url, target):
         return None
     return urlunsplit(parts._replace(fragment=""))
 
@@ -1088,24 +1071,25 @@ def status_error(
 def is_retryable_status(status: int, *, idempotent: bool = True) -> bool:
     """Whether an answer with ``status`` is worth another attempt.
 
-    408, 429 and 503 say the request was not acted on: retried for every request. Other 5xx
-    answers may come after the service acted on it (a 500 after the search was recorded, a 502
-    or 504 from a gateway whose upstream did the work): retried only for an ``idempotent``
-    request. Every other status is final.
+    408, 429 and 503 are retried for every request, other 5xx only for an ``idempotent`` one.
+    Every other status is final.
     """
-    if status in NOT_ACTED_ON_STATUSES:
+    if status in NOT_ACTED_ON_STATUSES:  # the request was not acted on
         return True
+    # Other 5xx answers may come after the service acted on it (a 500 after the search was
+    # recorded, a 502 or 504 from a gateway whose upstream did the work).
     return idempotent and 500 <= status <= 599
 
 
 def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:
     """Whether a failed attempt without an answer is worth another one.
 
-    A failure before any byte of the request was sent (``error.request_sent`` is False: DNS,
-    refused, connect timeout, TLS handshake) is retried for every request; one after the request
-    may have reached the server (reset, closed without an answer, read or total timeout, a body
-    cut short) only for an ``idempotent`` request. Never when ``error.retryable`` is False.
+    Retried for every request when ``error.request_sent`` is False (DNS, refused, connect
+    timeout, TLS handshake), else only for an ``idempotent`` one; never when ``error.retryable``
+    is False.
     """
+    # After any byte was sent (reset, closed without an answer, read or total timeout, a body cut
+    # short), the request may have reached the server.
     return error.retryable and (idempotent or not error.request_sent)
 
 
@@ -1116,8 +1100,7 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     ASCII counts: seconds are ASCII digits with an optional ASCII decimal part (``3``, ``1.5``),
     and a date must be all ASCII. ``None`` (the caller's own backoff) for anything else: a
     negative or signed number, other scripts' digits (``'\u0663'``), ``inf``, ``nan``,
-    exponents, a number past the largest float, and an HTTP date that is not in the future (the
-    server's wait is over, or the clocks disagree: either way it asks for no particular delay).
+    exponents, a number past the largest float, and an HTTP date that is not in the future.
     """
     raw_ms = _header(headers, "retry-after-ms")
     if raw_ms is not None:
@@ -1141,6 +1124,8 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
         when = when.replace(tzinfo=datetime.UTC)
     current = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
     delay = when.timestamp() - current
+    # A date not in the future: the server's wait is over, or the clocks disagree; either way it
+    # asks for no particular delay.
     return delay if delay > 0 else None
 
 

@@ -3,20 +3,14 @@
 One attempt means: take a free connection of the pool (waiting at most ``Timeout.pool``,
 except for a bulk call, which queues its own requests), send the request, follow same-origin
 redirects (never carrying the key anywhere else), read the whole body under
-``max_response_bytes`` (decompressing it here, in bounded steps, so a gzip bomb cannot blow up
-memory), and hand back a ``Response`` value. Every aiohttp and OS error becomes an asyncsearch
-error in ``_translate``, with any request headers scrubbed from what it carries.
-
-Only aiohttp's public API is used: every attempt goes through ``session.request`` with the read
-timeout aiohttp keeps, and the one thing the client needs that aiohttp has no option for (not
-resending a request by itself) is done in ``connect`` of a connector subclass, which only counts.
-
-This module is asyncio through and through (aiohttp runs on nothing else), so it uses asyncio's
-own primitives and imports no anyio.
+``max_response_bytes`` and hand back a ``Response`` value. Every aiohttp and OS error becomes an
+asyncsearch error, with any request headers scrubbed from what it carries.
 """
 
 from __future__ import annotations
 
+# This module is asyncio through and through (aiohttp runs on nothing else), so it uses asyncio's
+# own primitives and imports no anyio.
 import asyncio
 import ssl as ssl_module
 import sys
@@ -77,17 +71,18 @@ class _ResendRefused(Exception):
     """Raised into aiohttp when it is about to send an attempt a second time by itself."""
 
 
+# Only aiohttp's public API is used: every attempt goes through ``session.request`` with the read
+# timeout aiohttp keeps, and the one thing the client needs that aiohttp has no option for (not
+# resending a request by itself) is done in ``connect`` of this connector subclass, which only
+# counts. ``session.request`` resends an idempotent request once, on a new connection, when the
+# server closes or resets the one it was sent on (RFC 9112 section 9.3.1). The client's own
+# retry loop decides about retries (it counts them against ``max_retries`` and the retry
+# budget, and backs off), so on the session made here that hidden resend is refused where it
+# starts: when aiohttp asks for a second connection for the same attempt, before a byte of it
+# is sent. aiohttp has no public switch for it; ``connect`` is the connector's documented
+# entry point, and this only counts and delegates.
 class _Connector(aiohttp.TCPConnector):
-    """aiohttp's connector, refusing a second connection for one attempt.
-
-    ``session.request`` resends an idempotent request once, on a new connection, when the
-    server closes or resets the one it was sent on (RFC 9112 section 9.3.1). The client's own
-    retry loop decides about retries (it counts them against ``max_retries`` and the retry
-    budget, and backs off), so on the session made here that hidden resend is refused where it
-    starts: when aiohttp asks for a second connection for the same attempt, before a byte of it
-    is sent. aiohttp has no public switch for it; ``connect`` is the connector's documented
-    entry point, and this only counts and delegates.
-    """
+    """aiohttp's connector, refusing a second connection for one attempt."""
 
     def __init__(self, *, limit: int) -> None:
         super().__init__(limit=limit)
@@ -159,13 +154,22 @@ class Transport:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        self._check_loop()
+        # Refuse an event loop other than the first one used: its sockets belong to that one.
+        loop = _running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise ClientClosedError(
+                "the client is used from another event loop than the one it was first used in; "
+                "create one client per event loop"
+            )
         if self._session is None:
             self._pool = asyncio.Semaphore(self._max_connections)
             self._session = aiohttp.ClientSession(
                 connector=_Connector(limit=self._max_connections),
                 trust_env=self._trust_env,
-                # Decompression happens in _read_body, in bounded steps.
+                # Decompression happens in _read_body, in bounded steps, so that a gzip bomb
+                # cannot blow up memory.
                 auto_decompress=False,
                 # The service authenticates by key: the client keeps no cookies, so a request
                 # never carries state from an earlier answer (a caller's session keeps its own).
@@ -175,26 +179,15 @@ class Transport:
             raise ClientClosedError("the aiohttp session passed to the client is closed")
         return self._session
 
-    def _check_loop(self) -> None:
-        """Refuse an event loop other than the first one used (its sockets belong to that one)."""
-        loop = _running_loop()
-        if self._loop is None:
-            self._loop = loop
-        elif loop is not self._loop:
-            raise ClientClosedError(
-                "the client is used from another event loop than the one it was first used in; "
-                "create one client per event loop"
-            )
-
     async def aclose(self) -> None:
         """Close the session if this transport created it; further sends raise.
 
-        From another event loop than the one the session was made in, raises
-        ``ClientClosedError`` and changes nothing: the session's connections belong to that loop
-        and can only be closed from it.
+        Raises ``ClientClosedError``, changing nothing, from another event loop than the one the
+        session was made in.
         """
         session = self._session
         owned_open = session is not None and self._owns_session and not session.closed
+        # The session's connections belong to its loop and can only be closed from it.
         if owned_open and _running_loop() is not self._loop:
             gone = self._loop is not None and self._loop.is_closed()
             raise ClientClosedError(
@@ -337,10 +330,11 @@ async def _read_error_body(
 ) -> bytes:
     """The first ``limit`` bytes of an error body, or ``b""`` when it cannot be decoded.
 
-    An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut, and
-    one in an unknown or corrupt encoding is dropped, so the status still decides (a 5xx is still
-    retried). A connection that fails while the body is read is still a connection error.
+    A connection that fails while the body is read is still a connection error.
     """
+    # An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut, and
+    # one in an unknown or corrupt encoding is dropped, so the status still decides (a 5xx is
+    # still retried).
     try:
         return await _read_body(resp, limit, decompress_here, cut=True)
     except AsyncSearchError:
@@ -358,10 +352,11 @@ async def _read_body(
 ) -> bytes:
     """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
 
-    With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned. When the
-    session inflates bodies itself (a caller's session, aiohttp's default), the bytes it hands
-    over are counted instead, and a Content-Length (of the compressed bytes) decides nothing.
+    With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned.
     """
+    # When the session inflates bodies itself (a caller's session, aiohttp's default), the bytes
+    # it hands over are counted instead, and a Content-Length (of the compressed bytes) decides
+    # nothing.
     sent = resp.headers.get("Content-Encoding", "")
     encoding = sent.strip().lower()
     decompressor = None
@@ -384,8 +379,7 @@ async def _read_body(
     parts: list[bytes] = []
     size = 0
 
-    def full(data: bytes) -> bool:
-        """Keep ``data``; True once the limit is reached and the rest can be dropped."""
+    def full(data: bytes) -> bool:  # keeps data; True once the limit is reached, the rest dropped
         nonlocal size
         if size + len(data) > limit:
             if not cut:
@@ -417,7 +411,7 @@ async def _read_body(
                         decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
                         continue
                     raise APIConnectionError(
-                        f"the response body is not valid {encoding} data", retryable=True
+                        f"the response body is not valid {encoding} data"
                     ) from None
                 if full(out):
                     return b"".join(parts)
@@ -435,9 +429,7 @@ async def _read_body(
             return b"".join(parts)
         if received and not decompressor.eof:
             # A stream cut before its end: its checksum was never read, so the data is suspect.
-            raise APIConnectionError(
-                f"the response body ended before its {encoding} data did", retryable=True
-            )
+            raise APIConnectionError(f"the response body ended before its {encoding} data did")
     return b"".join(parts)
 
 
@@ -480,11 +472,9 @@ def _scrub(exc: BaseException, secret: str) -> None:
 
 
 def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
-    """Response headers as received, unless the server echoed the key: then with it replaced.
-
-    ``Transport.send`` returns the headers as received; the client calls this wherever they
-    leave it (``APIResponse.headers``, the errors it raises).
-    """
+    """Response headers as received, unless the server echoed the key: then with it replaced."""
+    # ``Transport.send`` returns the headers as received; the client calls this wherever they
+    # leave it (``APIResponse.headers``, the errors it raises).
     if not secret:
         return headers
     # One search in the joined values instead of one per value; NUL cannot be part of a key
