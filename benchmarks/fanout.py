@@ -20,6 +20,12 @@ Each variant fetches and decodes the same jobs with at most ``--concurrency`` in
 - ``bare aiohttp + msgspec`` (the baseline): one ``aiohttp.ClientSession``, 64 workers pulling ids
   from a shared iterator, ``msgspec.json.Decoder(ExtractionJob)`` built once: a fair, well-written
   hand loop with no retries and no error handling beyond the status check;
+- ``bare aiohttp + msgspec, sock_read=60``: the baseline with the read timeout the SDK keeps by
+  default (``Timeout.read``, aiohttp's ``sock_read``): aiohttp re-arms a timer for every chunk
+  it receives, a cost the baseline does not pay;
+- ``asyncsearch gather_extractions, Timeout(read=None)``: the SDK without that timer (``total``
+  still bounds every attempt). These two rows show how much of the gap at no latency is the
+  read timeout, whichever side has it;
 - ``bare, unbounded asyncio.gather``: one task per id, all at once (aiohttp's default pool of 100
   connections is then the only bound);
 - ``httpx + pydantic``: ``httpx.AsyncClient`` bounded by a semaphore, ``model_validate_json``
@@ -48,7 +54,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from asyncsearch import AsyncSearchClient, ExtractionJob
+from asyncsearch import AsyncSearchClient, ExtractionJob, Timeout
 from benchmarks._common import (
     Measurement,
     ServerProcess,
@@ -70,6 +76,8 @@ BASELINE = "bare aiohttp + msgspec"
 GATHER = "asyncsearch gather_extractions"
 ITER = "asyncsearch iter_extractions"
 UNTRACED = "asyncsearch gather_extractions, tracing=False"
+READ_BASELINE = "bare aiohttp + msgspec, sock_read=60"
+NO_READ = "asyncsearch gather_extractions, Timeout(read=None)"
 UNBOUNDED = "bare, unbounded asyncio.gather"
 HTTPX = "httpx + pydantic"
 SEQUENTIAL = "bare sequential"
@@ -101,6 +109,13 @@ async def sdk_gather_untraced(base_url: str, ids: list[str], concurrency: int) -
     return sum(1 for r in results if r.ok)
 
 
+async def sdk_gather_no_read_timeout(base_url: str, ids: list[str], concurrency: int) -> int:
+    no_read = Timeout(read=None)
+    async with AsyncSearchClient(api_key=API_KEY, base_url=base_url, timeout=no_read) as client:
+        results = await client.gather_extractions(ids, concurrency=concurrency)
+    return sum(1 for r in results if r.ok)
+
+
 async def sdk_iter(base_url: str, ids: list[str], concurrency: int) -> int:
     got = 0
     async with (
@@ -115,11 +130,15 @@ async def sdk_iter(base_url: str, ids: list[str], concurrency: int) -> int:
 _job_decoder = msgspec.json.Decoder(ExtractionJob)
 
 
-async def bare_bounded(base_url: str, ids: list[str], concurrency: int) -> int:
+async def bare_bounded(
+    base_url: str, ids: list[str], concurrency: int, *, sock_read: float | None = None
+) -> int:
     jobs: list[ExtractionJob | None] = [None] * len(ids)
     pending = iter(enumerate(ids))
+    # aiohttp's default timeout, with the SDK's default read timeout when asked for.
+    timeout = aiohttp.ClientTimeout(total=300, sock_connect=30, sock_read=sock_read)
 
-    async with aiohttp.ClientSession(headers={"X-Api-Key": API_KEY}) as session:
+    async with aiohttp.ClientSession(headers={"X-Api-Key": API_KEY}, timeout=timeout) as session:
 
         async def worker() -> None:
             for index, job_id in pending:
@@ -131,6 +150,10 @@ async def bare_bounded(base_url: str, ids: list[str], concurrency: int) -> int:
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return sum(job is not None for job in jobs)
+
+
+async def bare_bounded_read_timeout(base_url: str, ids: list[str], concurrency: int) -> int:
+    return await bare_bounded(base_url, ids, concurrency, sock_read=60.0)
 
 
 async def bare_unbounded(base_url: str, ids: list[str], concurrency: int) -> int:
@@ -220,6 +243,8 @@ async def _run(args: argparse.Namespace, base_url: str) -> dict[str, list[Measur
         GATHER: (sdk_gather, ids),
         UNTRACED: (sdk_gather_untraced, ids),
         ITER: (sdk_iter, ids),
+        READ_BASELINE: (bare_bounded_read_timeout, ids),
+        NO_READ: (sdk_gather_no_read_timeout, ids),
         UNBOUNDED: (bare_unbounded, ids),
         HTTPX: (httpx_pydantic, few),
         SEQUENTIAL: (bare_sequential, few),
