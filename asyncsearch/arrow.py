@@ -38,7 +38,7 @@ from asyncsearch import (
     ResponseValidationError,
     SearchPage,
 )
-from asyncsearch._models import embedding_matrix
+from asyncsearch._models import embedding_matrices
 
 try:
     import numpy as np  # noqa: F401 - the matrices come from numpy (asyncsearch._models)
@@ -172,8 +172,9 @@ class HitBatches:
         scalars = list(map(_SCALARS, chosen))
         vectors: dict[EmbeddingName, tuple[Any, Any] | None] = {}
         if self.embeddings:
+            matrices = embedding_matrices(chosen, EMBEDDING_NAMES)
             for name in EMBEDDING_NAMES:
-                vectors[name] = self._matrix(chosen, name)
+                vectors[name] = self._matrix(chosen, name, matrices[name])
         self.held.append(_HeldPage(scalars, vectors, len(chosen)))
         self.held_hits += len(chosen)
         self.walked_hits += len(chosen)
@@ -186,11 +187,11 @@ class HitBatches:
         self._settle("no hit of the search had one")
         return self._release()
 
-    def _matrix(self, hits: list[Any], name: EmbeddingName) -> Any:
+    def _matrix(self, hits: list[Any], name: EmbeddingName, made: tuple[Any, Any]) -> Any:
         """The hits' ``name`` vectors as ``SearchPage.embedding_matrix`` makes them (float32,
         NaN rows where a hit has none), and which rows have one; None when no hit has one."""
         path = f"$.hits[*].embeddings.{name}"
-        matrix, present = embedding_matrix(hits, name)
+        matrix, present = made
         if not present.any():  # no hit of the page has this embedding
             return None
         width = matrix.shape[1]

@@ -6,19 +6,27 @@ Pages of 10, 100 and 1000 hits, every field of a hit filled and 512 + 768 embedd
 hit (about 24 MB of JSON at 1000 hits), are decoded by:
 
 - ``msgspec untyped`` (the baseline): ``msgspec.json.Decoder().decode(body)``, dicts and lists;
-- ``asyncsearch SearchPage``: ``msgspec.json.Decoder(SearchPage).decode(body)``, a decoder built
-  once, exactly what the client does (``asyncsearch._protocol.decode_body``);
-- ``asyncsearch LeanSearchPage``: the same with the hits' embeddings skipped while parsing;
-- ``SearchPage, gc=True clone``: the same Structs rebuilt with ``gc=True``, to show what
-  ``gc=False`` buys;
+- ``asyncsearch SearchPage, no vector read``: ``msgspec.json.Decoder(SearchPage).decode(body)``,
+  a decoder built once, exactly what the client does (``asyncsearch._protocol.decode_body``):
+  each hit keeps its embeddings as the raw JSON, decoded on first read of ``hit.embeddings``;
+- ``asyncsearch SearchPage, every vector read``: the same, then ``hit.embeddings`` read for
+  every hit (an export that needs them all);
+- ``asyncsearch embeddings=False``: the page the client makes with ``embeddings=False`` (the
+  raw slices dropped, so the body can be freed);
+- ``eager clone`` and ``eager clone, gc=True``: the same Structs rebuilt with ``embeddings``
+  decoded while parsing, as asyncsearch did before (``gc=False``), and with ``gc=True``, to
+  show what decoding on first read and ``gc=False`` buy;
 - ``orjson.loads``, ``json.loads`` (stdlib), and pydantic v2 models of the same schema
   (``model_validate_json``, see ``benchmarks/_pydantic_models.py``).
 
 Times are medians over interleaved rounds; memory is measured in a separate pass with
 ``tracemalloc`` (peak while decoding, and what the result keeps once decoding is done; the body
-itself is allocated before tracing starts and is not counted). ``full gc +ms`` is what holding
-the result adds to one full ``gc.collect()``: what every later full collection pays for it.
-``embedding_matrix()`` turns a decoded page's embeddings into one float32 numpy array.
+itself is allocated before tracing starts and is not counted). ``held MB`` adds the body for
+the variants whose result keeps it alive (a page whose vectors are not all read references the
+answer's bytes). ``full gc +ms`` is what holding the result adds to one full ``gc.collect()``:
+what every later full collection pays for it. ``embedding_matrix()`` turns a page's embeddings
+into one float32 numpy array, from the raw text of a page not read and from the lists of a page
+read.
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ from typing import Any
 
 import msgspec
 
-from asyncsearch import LeanSearchPage, SearchPage
+from asyncsearch import SearchPage
+from asyncsearch._models import Embeddings
+from asyncsearch._protocol import _parse_search_page_without_embeddings
 from benchmarks._bodies import search_hit
 from benchmarks._common import (
     Measurement,
@@ -52,31 +62,40 @@ from benchmarks._common import (
 )
 
 BASELINE = "msgspec untyped"
-TYPED = "asyncsearch SearchPage"
-LEAN = "asyncsearch LeanSearchPage"
-GC_CLONE = "SearchPage, gc=True clone"
+TYPED = "asyncsearch SearchPage, no vector read"
+READ_ALL = "asyncsearch SearchPage, every vector read"
+DROPPED = "asyncsearch embeddings=False"
+EAGER = "eager clone (vectors decoded while parsing)"
+GC_CLONE = "eager clone, gc=True"
 PYDANTIC = "pydantic v2"
+#: The variants whose result references the body (a msgspec.Raw per hit not read).
+KEEPS_BODY = frozenset({TYPED})
 
 Decode = Callable[[bytes], Any]
 
 
 # ---------------------------------------------------------------------------------------------
-# A gc=True copy of the SearchPage Structs
+# Eager copies of the SearchPage Structs: vectors decoded while parsing, gc=False or gc=True
 # ---------------------------------------------------------------------------------------------
 
 
-def gc_clone(cls: type[msgspec.Struct], _done: dict[type, type] | None = None) -> type[Any]:
-    """A copy of a Struct class and of every Struct it refers to, declared with ``gc=True``.
+def eager_clone(
+    cls: type[msgspec.Struct], *, gc: bool, _done: dict[type, type] | None = None
+) -> type[Any]:
+    """A copy of a Struct class and of every Struct it refers to, ``embeddings`` decoded eagerly.
 
-    Same fields, wire names, defaults and ``__post_init__``; only the garbage collector setting
-    differs, so timing both isolates what ``gc=False`` is worth.
+    Same fields, wire names, defaults and ``__post_init__``; a hit's raw ``embeddings``
+    (``msgspec.Raw``) becomes ``Embeddings | None`` (what asyncsearch decoded before it read
+    them on first use), and the garbage collector setting is ``gc``, so timing the clones
+    isolates what decoding on first read and ``gc=False`` are worth.
     """
     done = {} if _done is None else _done
     if cls in done:
         return done[cls]
     specs: list[tuple[str, Any, Any]] = []
     for info in msgspec.structs.fields(cls):
-        kind = _clone_type(info.type, done)
+        kind = Embeddings | None if info.type is msgspec.Raw else info.type
+        kind = _clone_type(kind, done, gc)
         if info.default_factory is not msgspec.NODEFAULT:
             spec = msgspec.field(default_factory=info.default_factory, name=info.encode_name)
         elif info.default is not msgspec.NODEFAULT:
@@ -89,20 +108,21 @@ def gc_clone(cls: type[msgspec.Struct], _done: dict[type, type] | None = None) -
     if post_init is not None:
         namespace["__post_init__"] = post_init
         namespace["_list_fields"] = getattr(cls, "_list_fields", ())
+    suffix = "GC" if gc else "Eager"
     clone = msgspec.defstruct(
-        f"{cls.__name__}GC", specs, kw_only=True, gc=True, namespace=namespace
+        f"{cls.__name__}{suffix}", specs, kw_only=True, gc=gc, namespace=namespace
     )
     done[cls] = clone
     return clone
 
 
-def _clone_type(kind: Any, done: dict[type, type]) -> Any:
+def _clone_type(kind: Any, done: dict[type, type], gc: bool) -> Any:
     if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
-        return gc_clone(kind, done)
+        return eager_clone(kind, gc=gc, _done=done)
     origin = typing.get_origin(kind)
     if origin is None:
         return kind
-    args = tuple(_clone_type(arg, done) for arg in typing.get_args(kind))
+    args = tuple(_clone_type(arg, done, gc) for arg in typing.get_args(kind))
     if origin is typing.Union or origin is types.UnionType:
         return typing.Union[args]  # noqa: UP007 - built from a tuple at run time
     if origin is list:
@@ -123,12 +143,21 @@ def decoders() -> dict[str, Decode]:
 
     from benchmarks._pydantic_models import SearchPageModel
 
-    page_gc = gc_clone(SearchPage)
+    typed = msgspec.json.Decoder(SearchPage).decode
+
+    def read_all(body: bytes) -> SearchPage:
+        page = typed(body)
+        for hit in page.hits:
+            hit.embeddings  # noqa: B018 - the read is what is measured
+        return page
+
     return {
         BASELINE: msgspec.json.Decoder().decode,
-        TYPED: msgspec.json.Decoder(SearchPage).decode,
-        LEAN: msgspec.json.Decoder(LeanSearchPage).decode,
-        GC_CLONE: msgspec.json.Decoder(page_gc).decode,
+        TYPED: typed,
+        READ_ALL: read_all,
+        DROPPED: _parse_search_page_without_embeddings,
+        EAGER: msgspec.json.Decoder(eager_clone(SearchPage, gc=False)).decode,
+        GC_CLONE: msgspec.json.Decoder(eager_clone(SearchPage, gc=True)).decode,
         "orjson.loads": orjson.loads,
         "json.loads (stdlib)": json.loads,
         PYDANTIC: SearchPageModel.model_validate_json,
@@ -138,18 +167,20 @@ def decoders() -> dict[str, Decode]:
 def _check_same_data(body: bytes, variants: dict[str, Decode]) -> None:
     """All variants read the same data (a benchmark of wrong answers is worthless)."""
     reference = msgspec.json.decode(body)
-    typed = msgspec.to_builtins(variants[TYPED](body))
+    typed = variants[TYPED](body).to_dict()
     assert typed["hits"][0]["embeddings"] == reference["hits"][0]["embeddings"]
+    assert msgspec.to_builtins(variants[READ_ALL](body)) == typed
+    assert msgspec.to_builtins(variants[EAGER](body)) == typed
     assert msgspec.to_builtins(variants[GC_CLONE](body)) == typed
-    clone_page = variants[GC_CLONE](body)
-    assert gc.is_tracked(clone_page.hits[0])
+    assert gc.is_tracked(variants[GC_CLONE](body).hits[0])
+    assert not gc.is_tracked(variants[EAGER](body).hits[0])
     assert not gc.is_tracked(variants[TYPED](body).hits[0])
     pydantic_page = variants[PYDANTIC](body).model_dump(by_alias=True)
     assert pydantic_page == typed, "the pydantic models read the page differently"
-    lean = msgspec.to_builtins(variants[LEAN](body))
+    dropped = msgspec.to_builtins(variants[DROPPED](body))
     for hit in typed["hits"]:
-        hit.pop("embeddings")
-    assert lean == typed
+        hit["embeddings"] = None
+    assert dropped == typed
 
 
 def _timer(decode: Decode, body: bytes, loops: int) -> Callable[[], Measurement]:
@@ -163,6 +194,12 @@ def _timer(decode: Decode, body: bytes, loops: int) -> Callable[[], Measurement]
         return {"seconds": total / loops}
 
     return run
+
+
+def _read_all(page: SearchPage) -> SearchPage:
+    for hit in page.hits:
+        hit.embeddings  # noqa: B018 - decoded and kept
+    return page
 
 
 def _matrix_timer(page: SearchPage, name: str) -> Callable[[], Measurement]:
@@ -238,14 +275,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_same_data(bodies[min(sizes)], variants)
 
     biggest = max(sizes)
-    big_page = msgspec.json.decode(bodies[biggest], type=SearchPage)
+    # Matrices from a page not read (raw text) and from one read (lists of floats).
+    pages = {
+        "raw": msgspec.json.decode(bodies[biggest], type=SearchPage),
+        "read": _read_all(msgspec.json.decode(bodies[biggest], type=SearchPage)),
+    }
     timers: dict[str, Callable[[], Measurement]] = {}
     for n in sizes:
         loops = max(1, 300 // n)
         for name, decode in variants.items():
             timers[f"{n}|{name}"] = _timer(decode, bodies[n], loops)
-    for name in ("small3_512", "clip2"):
-        timers[f"matrix|{name}"] = _matrix_timer(big_page, name)
+    for state, page in pages.items():
+        for name in ("small3_512", "clip2"):
+            timers[f"matrix|{state}|{name}"] = _matrix_timer(page, name)
     samples = rounds_sync(timers, rounds)
 
     mem = {(n, name): memory(decode, bodies[n]) for n in sizes for name, decode in variants.items()}
@@ -260,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in variants:
             seconds = median(samples[f"{n}|{name}"], "seconds")
             m = mem[(n, name)]
+            m["held"] = m["retained"] + (len(body) if name in KEEPS_BODY else 0)
             rows.append(
                 [
                     name,
@@ -268,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{len(body) / seconds / 1e6:.0f}",
                     f"{m['peak'] / 1e6:.1f}",
                     f"{m['retained'] / 1e6:.1f}",
+                    f"{m['held'] / 1e6:.1f}",
                     f"{m['gc'] * 1000:.1f}",
                 ]
             )
@@ -283,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "MB/s",
                 "peak MB",
                 "retained MB",
+                "held MB",
                 "full gc +ms",
             ],
             rows,
@@ -295,68 +340,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     matrix_rows = []
-    typed_big = median(samples[f"{biggest}|{TYPED}"], "seconds")
-    for name in ("small3_512", "clip2"):
-        seconds = median(samples[f"matrix|{name}"], "seconds")
-        matrix = big_page.embedding_matrix(name)  # type: ignore[arg-type]
-        lists = sum(
-            sys.getsizeof(v) + 24 * len(v)
-            for v in (getattr(h.embeddings, name) for h in big_page.hits if h.embeddings)
-        )
-        matrix_rows.append(
-            [
-                f"embedding_matrix({name!r})",
-                f"{seconds * 1000:.2f}",
-                "x".join(map(str, matrix.shape)),
-                f"{matrix.nbytes / 1e6:.1f}",
-                f"{lists / 1e6:.1f}",
-                f"{seconds / typed_big * 100:.0f}%",
-            ]
-        )
-        results[f"matrix_{name}"] = {"seconds": seconds, "nbytes": matrix.nbytes, "lists": lists}
+    base_big = median(samples[f"{biggest}|{BASELINE}"], "seconds")
+    for state, page in pages.items():
+        for name in ("small3_512", "clip2"):
+            seconds = median(samples[f"matrix|{state}|{name}"], "seconds")
+            matrix = page.embedding_matrix(name)  # type: ignore[arg-type]
+            lists = sum(
+                sys.getsizeof(v) + 24 * len(v)
+                for v in (getattr(h.embeddings, name) for h in pages["read"].hits if h.embeddings)
+            )
+            matrix_rows.append(
+                [
+                    f"embedding_matrix({name!r})",
+                    "raw text" if state == "raw" else "lists (read)",
+                    f"{seconds * 1000:.2f}",
+                    "x".join(map(str, matrix.shape)),
+                    f"{matrix.nbytes / 1e6:.1f}",
+                    f"{lists / 1e6:.1f}",
+                    fmt_ratio(ratio(seconds, base_big)),
+                ]
+            )
+            results[f"matrix_{state}_{name}"] = {
+                "seconds": seconds,
+                "nbytes": matrix.nbytes,
+                "lists": lists,
+            }
     print_table(
-        f"Embeddings of the decoded {biggest}-hit page as one float32 matrix",
-        ["call", "ms", "shape", "matrix MB", "as list[float] MB", "of the decode time"],
+        f"Embeddings of the {biggest}-hit page as one float32 matrix",
+        ["call", "from", "ms", "shape", "matrix MB", "as list[float] MB", f"vs {BASELINE}"],
         matrix_rows,
     )
 
     big = results["sizes"][str(biggest)]["variants"]
+    body_bytes = results["sizes"][str(biggest)]["body_bytes"]
     targets = Targets()
     targets.add(
         Target(
-            f"typed SearchPage decode time vs msgspec untyped ({biggest} hits)",
+            f"SearchPage decode, no vector read, time vs msgspec untyped ({biggest} hits)",
             ratio(big[TYPED]["seconds"], big[BASELINE]["seconds"]),
+            0.45,
+            higher_is_better=False,
+        )
+    )
+    targets.add(
+        Target(
+            f"SearchPage decode and every vector read, time vs msgspec untyped ({biggest} hits)",
+            ratio(big[READ_ALL]["seconds"], big[BASELINE]["seconds"]),
             0.95,
             higher_is_better=False,
         )
     )
     targets.add(
         Target(
-            f"typed SearchPage decode speed vs pydantic v2 ({biggest} hits)",
-            ratio(big[PYDANTIC]["seconds"], big[TYPED]["seconds"]),
+            f"memory held by a page no vector was read of, vs the answer's size ({biggest} hits)",
+            ratio(big[TYPED]["held"], body_bytes),
+            1.5,
+            higher_is_better=False,
+        )
+    )
+    targets.add(
+        Target(
+            f"SearchPage with every vector read, speed vs pydantic v2 ({biggest} hits)",
+            ratio(big[PYDANTIC]["seconds"], big[READ_ALL]["seconds"]),
             1.7,
         )
     )
-    targets.add(
-        Target(
-            f"lean decode speed vs full typed decode ({biggest} hits)",
-            ratio(big[TYPED]["seconds"], big[LEAN]["seconds"]),
-            1.8,
-        )
-    )
-    targets.add(
-        Target(
-            f"lean retained memory, less than full typed decode ({biggest} hits)",
-            ratio(big[TYPED]["retained"], big[LEAN]["retained"]),
-            5.0,
-        )
-    )
-    gc_gain = ratio(big[GC_CLONE]["seconds"], big[TYPED]["seconds"])
+    gc_gain = ratio(big[GC_CLONE]["seconds"], big[EAGER]["seconds"])
     targets.print()
     print(
-        f"gc=False effect ({biggest} hits): the gc=True clone decodes in {fmt_ratio(gc_gain)} the "
-        f"time, and holding the page adds {big[GC_CLONE]['gc'] * 1000:.1f} ms to every full "
-        f"gc.collect() instead of {big[TYPED]['gc'] * 1000:.1f} ms"
+        f"gc=False effect ({biggest} hits): the gc=True eager clone decodes in "
+        f"{fmt_ratio(gc_gain)} the time of the gc=False one, and holding the page adds "
+        f"{big[GC_CLONE]['gc'] * 1000:.1f} ms to every full gc.collect() instead of "
+        f"{big[EAGER]['gc'] * 1000:.1f} ms"
     )
     print()
     print_environment(command_line("decode", argv))

@@ -22,7 +22,7 @@ from asyncsearch import (
     WebhookLog,
 )
 from asyncsearch import _protocol as protocol
-from asyncsearch._models import WebhookLogList
+from asyncsearch._models import WebhookLogList, embedding_matrices
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -518,6 +518,11 @@ def test_embedding_matrix_reads_raw_vectors_without_keeping_them() -> None:
     assert all(hit.embeddings is not None for hit in read.hits)
     for name in ("small3_512", "clip2"):
         assert np.array_equal(lazy.embedding_matrix(name), read.embedding_matrix(name))
+    # Both vectors from one parse of each hit (asyncsearch.arrow), the same matrices.
+    both = embedding_matrices(lazy.hits, ("small3_512", "clip2"))
+    for name, (matrix, present) in both.items():
+        assert np.array_equal(matrix, read.embedding_matrix(name))  # type: ignore[arg-type]
+        assert present.tolist() == [True] * len(lazy.hits)
     assert all(type(_held(hit)) is msgspec.Raw for hit in lazy.hits)
 
 
