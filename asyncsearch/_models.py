@@ -420,6 +420,13 @@ class _HitFields(_WireWithLists):
     returns. The slot is declared here and the property that reads it in ``SearchHit``, so that
     the field keeps its name (``SearchHit(embeddings=...)``, ``msgspec.structs.replace``) while
     attribute access goes through the property (a subclass's property wins over the base's slot).
+
+    Chosen over the alternatives measured or tried: a field of type ``Embeddings`` with a decode
+    hook gets its value only after msgspec has built the floats (nothing saved); a private field
+    ``_embeddings`` renamed ``embeddings`` on the wire would show as ``_embeddings`` in
+    ``repr``, ``asdict`` and the constructor; ``Raw | None`` makes msgspec read only ``null``.
+    The raw text is checked when read, not when parsed: msgspec cannot check ``list[float]``
+    without building the floats, which is the cost saved.
     """
 
     _list_fields = ("tags", "chats", "published_ancestors", "chunks")
@@ -504,8 +511,8 @@ class SearchHit(_HitFields):
     ``embeddings`` is decoded on first read: parsing a page keeps each hit's vectors as the raw
     JSON text (a slice of the answer's bytes), and reading ``hit.embeddings`` parses it into an
     ``Embeddings`` (``list[float]`` vectors) and keeps the result. A hit whose vectors are never
-    read costs no float objects; ``SearchPage.embedding_matrix`` reads the raw text straight
-    into a float32 array without keeping lists. A page of hits decoded with
+    read costs no float objects; ``SearchPage.embedding_matrix`` parses the raw text into a
+    float32 array without keeping lists on the hits. A page of hits decoded with
     ``embeddings=False`` holds ``None`` instead. Until every hit's raw text is dropped (read,
     or the page freed), the page keeps the answer's bytes alive.
 
@@ -577,7 +584,7 @@ class SearchPage(_WireWithLists):
         """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
 
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
-        Vectors not read yet go from the answer's text straight into the array (the hits keep
+        Vectors not read yet are parsed from the answer's text into the array (the hits keep
         them unread); read ones are copied. Needs numpy (not a dependency of asyncsearch:
         ``pip install 'asyncsearch[numpy]'``); raises ``ImportError`` saying so without it and
         ``ResponseValidationError`` when hits disagree on the number of dimensions or a vector
