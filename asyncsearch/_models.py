@@ -105,11 +105,12 @@ else:
 ExtractionFormat = Literal["json", "markdown"]
 #: ``type`` of ``GET /v2/link`` (spec 4.3: the enum cache, link).
 LinkType = Literal["cache", "link"]
-#: The job states known to mean "not finished yet": ``pending`` (the one state the spec names)
-#: and ``processing`` (the bundled emulator's). The spec shows no other state, so no other value
-#: is assumed to mean anything: ``wait_for_extraction`` stops waiting once a job's state is not
-#: one of these, whatever it is, and ``ExtractionJob.state`` stays ``str``.
-IN_PROGRESS_JOB_STATES: frozenset[str] = frozenset({"pending", "processing"})
+#: The job states known to mean "not finished yet": ``pending``, the one state the spec names.
+#: The spec shows no other state, so no other value is assumed to mean anything:
+#: ``wait_for_extraction`` stops waiting once a job's state is not one of these, whatever it is
+#: (its ``in_progress=`` adds the states a service is known to use, such as the bundled
+#: emulator's ``processing``), and ``ExtractionJob.state`` stays ``str``.
+IN_PROGRESS_JOB_STATES: frozenset[str] = frozenset({"pending"})
 
 #: A number the spec leaves untyped (``size``, ``width``, ...): integers stay ``int``.
 Number = int | float
