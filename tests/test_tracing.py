@@ -24,9 +24,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from asyncsearch import AsyncSearchClient, NotFoundError, _client
+from asyncsearch import (
+    APIConnectionError,
+    APITimeoutError,
+    AsyncSearchClient,
+    NotFoundError,
+    Timeout,
+    _client,
+)
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
+from .faults_helpers import Conn, RawRequest, raw_server, stall
 from .helpers import TIME_SCALE
 from .test_call_options import ANSWERS, _kind
 
@@ -209,6 +217,39 @@ async def test_a_failed_call_records_its_error_type_and_status(
     assert (span.attributes or {})["error.type"] == "NotFoundError"
     assert (span.attributes or {})["http.response.status_code"] == 404
     assert span.status.status_code is StatusCode.ERROR
+
+
+async def _close_at_once(request: RawRequest, conn: Conn) -> bool:
+    return False  # the connection closes with no answer
+
+
+@pytest.mark.parametrize(
+    ("script", "error"), [(_close_at_once, APIConnectionError), (stall, APITimeoutError)]
+)
+async def test_a_call_failing_without_an_answer_ends_its_span_in_error(
+    spans: Callable[[], list[ReadableSpan]],
+    script: Callable[[RawRequest, Conn], Awaitable[bool]],
+    error: type[Exception],
+) -> None:
+    """A connection error or a timeout, retried once and failing again: ERROR, not UNSET."""
+    async with (
+        raw_server(script) as server,
+        AsyncSearchClient(
+            API_KEY, base_url=server.base_url, max_retries=1, timeout=Timeout(read=0.2)
+        ) as client,
+    ):
+        with pytest.raises(error) as caught:
+            await client.get_extraction(JOB_ID)
+    assert type(caught.value) is error
+    (span,) = spans()
+    attributes = span.attributes or {}
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == error.__name__
+    assert attributes["error.type"] == error.__name__
+    assert attributes["asyncsearch.attempts"] == 2
+    assert "http.response.status_code" not in attributes
+    (retry,) = span.events
+    assert (retry.attributes or {})["asyncsearch.retry.reason"] == error.__name__
 
 
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
