@@ -1703,7 +1703,11 @@ class _ReceivedPage:
             except ResponseValidationError:
                 # Raise the error of the full decode, which names SearchPage and the attempts
                 # and keeps the key out of the body; should the full decode pass, read the page.
-                page = self.response.parse()
+                try:
+                    page = self.response.parse()
+                except ResponseValidationError as exc:
+                    self.span.end(exc)
+                    raise
                 head = SearchPageHead(
                     total=page.total,
                     has_more=page.has_more,

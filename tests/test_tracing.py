@@ -29,6 +29,7 @@ from asyncsearch import (
     APITimeoutError,
     AsyncSearchClient,
     NotFoundError,
+    ResponseValidationError,
     Timeout,
     _client,
 )
@@ -316,6 +317,38 @@ async def test_a_page_the_walk_never_decodes_still_ends_its_span(
         len(body["hits"])
     ] * 2
     assert all(child.end_time <= parent.end_time for child in children)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("hits_first", [False, True])
+async def test_a_walk_page_that_does_not_decode_ends_its_span_in_error(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], hits_first: bool
+) -> None:
+    """Page 2's hit has a number for an id: its span ends in ERROR, whether the first bytes
+    told the walk there is no page 3 (then decoded at once) or not (then read by the view)."""
+    good = json.loads(ANSWERS["search"])
+    good["hasMore"] = True
+    bad: dict[str, Any] = {"total": 1, "hasMore": False, "hits": [{"id": 5}]}
+    if hits_first:
+        bad = {"hits": bad["hits"], "total": 1, "hasMore": False}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = json.loads(await request.read())["pagination"]["page"]
+        return web.json_response(good if page == 1 else bad)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(ResponseValidationError):
+            async for _ in client.search_pages(QUERY):
+                pass
+    ended = spans()
+    (parent,) = [span for span in ended if span.name == "asyncsearch.search_pages"]
+    first, second = _children(ended, parent)
+    assert first.status.status_code is StatusCode.UNSET
+    assert (first.attributes or {})["asyncsearch.search.hits"] == len(good["hits"])
+    assert second.status.status_code is StatusCode.ERROR
+    assert (second.attributes or {})["error.type"] == "ResponseValidationError"
+    assert parent.status.status_code is StatusCode.ERROR
+    assert len(ended) == 3
 
 
 @pytest.mark.parametrize("bulk", ["gather_extractions", "iter_extractions"])
