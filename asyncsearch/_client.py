@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -1144,6 +1145,10 @@ class AsyncSearchClient:
             response = await self._send(request, call=call, span=span)
             span.answered(response)
             if not parse:
+                if span is not NO_SPAN:
+                    # Decoded once: the caller's parse() gets this page; a bad body is theirs.
+                    with contextlib.suppress(ResponseValidationError):
+                        span.set("asyncsearch.search.hits", len(response.parse().hits))
                 return response
             page = response.parse()
             span.set("asyncsearch.search.hits", len(page.hits))
@@ -1466,12 +1471,22 @@ class AsyncSearchClient:
             with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
                 response = await self._send(request, call=call, span=span)
                 span.answered(response)
+                span.hold()  # ended with its hit count, once the page is decoded
             repeated = response.content == held[0]
             held[0] = response.content
-            return _ReceivedPage(response, number, repeated=repeated)
+            received = _ReceivedPage(response, number, repeated=repeated, span=span)
+            if span is not NO_SPAN:
+                walk.finish_later(received)  # a page the walk never decodes
+            return received
 
         def decode_received(received: _ReceivedPage) -> SearchPage:
-            page = received.response.parse()
+            walk.finished(received)
+            try:
+                page = received.response.parse()
+            except BaseException as exc:
+                received.span.end(exc)
+                raise
+            received.finish(page)
             page_taken(received.number, page)
             return page
 
@@ -1752,13 +1767,29 @@ class _ReceivedPage:
     (``search_page_continues``) is the pager's ``peek``, read without the view.
     """
 
-    __slots__ = ("_head", "continues", "number", "response")
+    __slots__ = ("_head", "continues", "number", "response", "span")
 
-    def __init__(self, response: APIResponse[SearchPage], number: int, *, repeated: bool) -> None:
+    def __init__(
+        self,
+        response: APIResponse[SearchPage],
+        number: int,
+        *,
+        repeated: bool,
+        span: CallSpan = NO_SPAN,
+    ) -> None:
         self.response = response
         self.number = number
         self.continues = None if repeated else protocol.search_page_continues(response.content)
         self._head: SearchPageHead | None = None
+        #: The page's request span, left open for its hit count (see ``finish``).
+        self.span = span
+
+    def finish(self, page: SearchPage | None = None) -> None:
+        """End the page's span, with its hit count when known (decoded, or its view read)."""
+        hits = page.hits if page is not None else None if self._head is None else self._head.hits
+        if hits is not None:
+            self.span.set("asyncsearch.search.hits", len(hits))
+        self.span.end()
 
     def _view(self) -> SearchPageHead:
         head = self._head
@@ -1768,7 +1799,11 @@ class _ReceivedPage:
             except ResponseValidationError:
                 # Raise the error of the full decode, which names SearchPage and the attempts
                 # and keeps the key out of the body; should the full decode pass, read the page.
-                page = self.response.parse()
+                try:
+                    page = self.response.parse()
+                except ResponseValidationError as exc:
+                    self.span.end(exc)
+                    raise
                 head = SearchPageHead(
                     total=page.total,
                     has_more=page.has_more,

@@ -373,6 +373,33 @@ async def test_request_id_falls_back_to_request_id_header_and_may_be_absent(serv
         assert (await client.with_raw_response.get_extraction(JOB_ID)).request_id is None
 
 
+@pytest.mark.parametrize("x_first", [True, False])
+async def test_x_request_id_wins_over_request_id_when_both_are_sent(
+    serve: Serve, x_first: bool
+) -> None:
+    """Both headers on one answer, in either order: the id is X-Request-Id's, on an answer and
+    on a status error alike."""
+    both = [("X-Request-Id", "x-rid"), ("Request-Id", "plain-rid")]
+    headers = dict(both if x_first else both[::-1])
+    statuses = iter([200, 404])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        status = next(statuses)
+        body = ANSWERS["extract"] if status == 200 else b'{"message": "no such job"}'
+        return web.Response(
+            body=body, status=status, content_type="application/json", headers=headers
+        )
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        response = await client.with_raw_response.get_extraction(JOB_ID)
+        with pytest.raises(NotFoundError) as caught:
+            await client.get_extraction(JOB_ID)
+    assert response.headers["Request-Id"] == "plain-rid"  # both reached the client
+    assert response.request_id == "x-rid"
+    assert caught.value.request_id == "x-rid"
+
+
 async def test_request_id_on_status_errors_and_in_their_message(serve: Serve) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(
