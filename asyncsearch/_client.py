@@ -74,8 +74,6 @@ from ._models import (
     IN_PROGRESS_JOB_STATES,
     ExtractionFormat,
     ExtractionJob,
-    LeanSearchHit,
-    LeanSearchPage,
     LinkPreview,
     LinkType,
     SearchHit,
@@ -499,44 +497,17 @@ class RawResponseClient:
     def __init__(self, client: AsyncSearchClient) -> None:
         self._client = client
 
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: Literal[True] = True,
-        **params: Unpack[SearchCallParams],
-    ) -> APIResponse[SearchPage]: ...
-
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: Literal[False],
-        **params: Unpack[SearchCallParams],
-    ) -> APIResponse[LeanSearchPage]: ...
-
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: bool,
-        **params: Unpack[SearchCallParams],
-    ) -> APIResponse[SearchPage | LeanSearchPage]: ...
-
     async def search(
         self,
         text: str | None = None,
         *,
         embeddings: bool = True,
         **params: Unpack[SearchCallParams],
-    ) -> APIResponse[Any]:
+    ) -> APIResponse[SearchPage]:
         """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
-        return cast(
-            APIResponse[Any], await self._client._search(text, embeddings, params, parse=False)
-        )
+        response: APIResponse[SearchPage]
+        response = await self._client._search(text, embeddings, params, parse=False)
+        return response
 
     async def get_extraction(
         self,
@@ -1154,40 +1125,13 @@ class AsyncSearchClient:
             span.set("asyncsearch.search.hits", len(page.hits))
             return page
 
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: Literal[True] = True,
-        **params: Unpack[SearchCallParams],
-    ) -> SearchPage: ...
-
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: Literal[False],
-        **params: Unpack[SearchCallParams],
-    ) -> LeanSearchPage: ...
-
-    @overload
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: bool,
-        **params: Unpack[SearchCallParams],
-    ) -> SearchPage | LeanSearchPage: ...
-
     async def search(
         self,
         text: str | None = None,
         *,
         embeddings: bool = True,
         **params: Unpack[SearchCallParams],
-    ) -> SearchPage | LeanSearchPage:
+    ) -> SearchPage:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
@@ -1195,15 +1139,15 @@ class AsyncSearchClient:
         and the call's options (``SearchOptions``: ``timeout``, ``max_retries``,
         ``extra_headers``, ``extra_query``, ``extra_body``).
         ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
-        ``None`` are not sent. ``embeddings=False`` decodes the hits without their embeddings
-        (``LeanSearchPage``): faster, and a fraction of the memory, for callers that do not need
-        them. Raises ``InvalidRequestError`` before sending when an argument is past the spec's
+        ``None`` are not sent. Each hit decodes its embeddings on first read of
+        ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False`` drops them once the page is
+        parsed (``hit.embeddings`` is ``None``), so that the answer's bytes can be freed.
+        Raises ``InvalidRequestError`` before sending when an argument is past the spec's
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
         """
-        return cast(
-            "SearchPage | LeanSearchPage", await self._search(text, embeddings, params, parse=True)
-        )
+        page: SearchPage = await self._search(text, embeddings, params, parse=True)
+        return page
 
     async def get_extraction(
         self,
@@ -1242,45 +1186,6 @@ class AsyncSearchClient:
 
     # -- paging ------------------------------------------------------------------------------
 
-    @overload
-    def search_pages(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        embeddings: Literal[True] = True,
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchPage]: ...
-
-    @overload
-    def search_pages(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        embeddings: Literal[False],
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[LeanSearchPage]: ...
-
-    @overload
-    def search_pages(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        embeddings: bool,
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]: ...
-
     def search_pages(
         self,
         text: str | None = None,
@@ -1291,7 +1196,7 @@ class AsyncSearchClient:
         dedupe: bool = False,
         embeddings: bool = True,
         **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchPage] | SearchPager[LeanSearchPage]:
+    ) -> SearchPager[SearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
         Takes the arguments of ``search`` except ``page``. The walk starts at ``start_page``
@@ -1315,48 +1220,6 @@ class AsyncSearchClient:
             embeddings=embeddings,
         )
 
-    @overload
-    def search_hits(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        max_items: int | None = None,
-        embeddings: Literal[True] = True,
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchHit]: ...
-
-    @overload
-    def search_hits(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        max_items: int | None = None,
-        embeddings: Literal[False],
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[LeanSearchHit]: ...
-
-    @overload
-    def search_hits(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        max_items: int | None = None,
-        embeddings: bool,
-        **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]: ...
-
     def search_hits(
         self,
         text: str | None = None,
@@ -1368,7 +1231,7 @@ class AsyncSearchClient:
         max_items: int | None = None,
         embeddings: bool = True,
         **params: Unpack[SearchWalkCallParams],
-    ) -> SearchPager[SearchHit] | SearchPager[LeanSearchHit]:
+    ) -> SearchPager[SearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
@@ -1431,12 +1294,10 @@ class AsyncSearchClient:
                 request = protocol.without_embeddings(request)
             return request if call is None else call.apply(request)
 
-        def page_taken(number: int, page: SearchPage | LeanSearchPage) -> None:
+        def page_taken(number: int, page: SearchPage) -> None:
             hits = {"asyncsearch.search.page": number, "asyncsearch.search.hits": len(page.hits)}
             walk.event("asyncsearch.page", hits)
 
-        # Typed loosely on purpose: the page type (full or lean) is chosen by ``embeddings``, and
-        # the public overloads of search_pages/search_hits state the precise result.
         # The body of the page before stays referenced until the next one is read. Freed at
         # once, a multi-MB body is handed back to the OS by glibc's allocator and faulted back in
         # for the next read: measured on 100-hit pages with embeddings, ~660 instead of ~150
@@ -1464,7 +1325,8 @@ class AsyncSearchClient:
         # sending speculatively (no look at all): as fast, without a request past the end of
         # every walk. A page identical to the one before is not read early: a service that
         # ignores the page number is caught by the view before anything more is sent.
-        # Lean pages are cheap to decode in full: no view, no pipelining. Without prefetch
+        # Pages decoded with embeddings=False are decoded in one go: no view, no pipelining.
+        # Without prefetch
         # there is nothing to overlap, so the page is decoded in one go.
         async def fetch_received(number: int) -> _ReceivedPage:
             request = page_request(number)

@@ -35,9 +35,13 @@ cycles through them.
 from __future__ import annotations
 
 import datetime
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
+
+from ._errors import ResponseValidationError
 
 __all__ = [
     "IN_PROGRESS_JOB_STATES",
@@ -152,7 +156,9 @@ class _Serializable:
     def to_dict(self) -> dict[str, Any]:
         """The wire form as JSON-ready builtins (``msgspec.to_builtins``): camelCase keys,
         timestamps as ISO 8601 strings."""
-        result: dict[str, Any] = msgspec.to_builtins(self)
+        # The enc_hook reads what msgspec cannot make builtins of: a hit's embeddings not read
+        # yet (a msgspec.Raw), without keeping the result on the hit.
+        result: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_builtins_of_raw)
         return result
 
     def to_json(self) -> bytes:
@@ -407,7 +413,15 @@ class Embeddings(_WireWithLists):
 
 
 class _HitFields(_WireWithLists):
-    """The fields a search hit carries besides its embeddings."""
+    """The fields of a search hit; ``SearchHit`` adds the reading of ``embeddings`` on first use.
+
+    At run time the ``embeddings`` slot holds what was decoded: the hit's ``embeddings`` JSON as
+    a ``msgspec.Raw`` (a slice of the answer's bytes, not parsed), or ``None``, or an
+    ``Embeddings`` once read (or given). Type checkers see the type ``SearchHit.embeddings``
+    returns. The slot is declared here and the property that reads it in ``SearchHit``, so that
+    the field keeps its name (``SearchHit(embeddings=...)``, ``msgspec.structs.replace``) while
+    attribute access goes through the property (a subclass's property wins over the base's slot).
+    """
 
     _list_fields = ("tags", "chats", "published_ancestors", "chunks")
 
@@ -440,24 +454,119 @@ class _HitFields(_WireWithLists):
     data: ResourceData | None = None
     score: float | None = None
     chunks: List[SearchChunk] = []
+    if TYPE_CHECKING:
+        embeddings: Embeddings | None = None
+    else:
+        # Raw, not Embeddings: skipping the ~1,300 numbers of a hit while parsing costs a third
+        # of building them as floats (benchmarks/decode.py). msgspec's Raw decoded from ``bytes``
+        # references the answer's buffer: no copy is made. Plain Raw, not ``Raw | None``
+        # (msgspec then reads only null): a wire null is Raw(b"null"), read as None.
+        embeddings: msgspec.Raw = None
+
+
+# The slot of ``embeddings`` (a standard member descriptor, as for any ``__slots__`` class):
+# read and written by SearchHit's property and by the functions below, never by callers.
+_embeddings_slot = _HitFields.__dict__["embeddings"]
+_embeddings_decoder = msgspec.json.Decoder(Embeddings | None)
+
+
+def _decode_embeddings(hit_id: str, raw: msgspec.Raw) -> Embeddings | None:
+    """Decode a hit's raw ``embeddings``; a value that does not fit is a typed error."""
+    embeddings: Embeddings | None = _decode_vector_json(_embeddings_decoder, hit_id, raw, "")
+    return embeddings
+
+
+def _decode_vector_json(
+    decoder: msgspec.json.Decoder[_T], hit_id: str, raw: msgspec.Raw, where: str
+) -> _T:
+    try:
+        return decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        match = re.fullmatch(r"(.*) - at `\$([^`]*)`", str(exc), flags=re.DOTALL)
+        reason, at = (match.group(1), match.group(2)) if match else (str(exc), where)
+        path = f"$.hits[*].embeddings{at}"
+        raise ResponseValidationError(
+            f"hit {hit_id!r}: its embeddings do not fit Embeddings at {path}: {reason}",
+            path=path,
+            body=bytes(raw),
+        ) from None
+
+
+def _builtins_of_raw(value: Any) -> Any:
+    # enc_hook of to_dict(): a hit's embeddings not read yet, as read (to_builtins has no Raw).
+    if type(value) is msgspec.Raw:
+        return msgspec.to_builtins(_decode_embeddings("?", value))
+    raise NotImplementedError(f"cannot make builtins of {type(value).__name__}")
 
 
 class SearchHit(_HitFields):
-    """One search result: the resource's fields plus ``score``, ``chunks`` and ``embeddings``."""
+    """One search result: the resource's fields plus ``score``, ``chunks`` and ``embeddings``.
 
-    embeddings: Embeddings | None = None
+    ``embeddings`` is decoded on first read: parsing a page keeps each hit's vectors as the raw
+    JSON text (a slice of the answer's bytes), and reading ``hit.embeddings`` parses it into an
+    ``Embeddings`` (``list[float]`` vectors) and keeps the result. A hit whose vectors are never
+    read costs no float objects; ``SearchPage.embedding_matrix`` reads the raw text straight
+    into a float32 array without keeping lists. A page of hits decoded with
+    ``embeddings=False`` holds ``None`` instead. Until every hit's raw text is dropped (read,
+    or the page freed), the page keeps the answer's bytes alive.
 
+    A value that does not fit (a string among the numbers, ...) raises
+    ``ResponseValidationError`` on that first read, naming the hit and the JSON path, and again
+    on every later read; the rest of the page was decoded and checked when it arrived.
 
-class LeanSearchHit(_HitFields):
-    """A search hit decoded without its embeddings, for callers that do not need them.
+    Reading is safe from several tasks or threads at once: the parse is a pure function of the
+    immutable raw bytes, the result is stored with a single attribute write, so two concurrent
+    first reads each parse, both get equal values, the last write wins, and no reader ever sees
+    a half-made value.
 
-    The embeddings are skipped while parsing (no floats are made), which makes a large page
-    decode faster and take a fraction of the memory.
+    ``==``, ``repr()``, ``to_dict()`` and ``msgspec.json.encode`` treat a hit as if its vectors
+    had been read (``==`` and ``repr()`` read them; encoding writes the raw text as it came, so a
+    page encodes back to its wire form). ``msgspec.structs.asdict`` and ``msgspec.to_builtins``
+    see the field as held: read ``hit.embeddings`` first (``to_dict()`` does it for you).
     """
+
+    if not TYPE_CHECKING:
+
+        @property
+        def embeddings(self) -> Embeddings | None:
+            value = _embeddings_slot.__get__(self)
+            if type(value) is msgspec.Raw:
+                value = _decode_embeddings(self.id, value)
+                _embeddings_slot.__set__(self, value)
+            return value
+
+        @embeddings.setter
+        def embeddings(self, value: Embeddings | None) -> None:
+            _embeddings_slot.__set__(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        self.embeddings, other.embeddings  # noqa: B018 - read, so that both compare decoded
+        return super().__eq__(other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __repr__(self) -> str:
+        self.embeddings  # noqa: B018 - read, so that the repr shows the vectors
+        return super().__repr__()
+
+    def __rich_repr__(self) -> Any:
+        self.embeddings  # noqa: B018
+        return super().__rich_repr__()
+
+
+#: Deprecated alias of ``SearchHit`` (there is one hit type now); removed in the next release.
+LeanSearchHit = SearchHit
 
 
 class SearchPage(_WireWithLists):
-    """One page of search results (the response of ``POST /v2/search``)."""
+    """One page of search results (the response of ``POST /v2/search``).
+
+    Its hits decode their ``embeddings`` on first read (see ``SearchHit``).
+    """
 
     _list_fields = ("hits",)
 
@@ -468,43 +577,86 @@ class SearchPage(_WireWithLists):
     def embedding_matrix(self, name: Literal["small3_512", "clip2"] = "small3_512") -> Any:
         """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
 
-        A hit without that embedding gets a row of NaN; the width is taken from the hits. Needs
-        numpy (not a dependency of asyncsearch: ``pip install 'asyncsearch[numpy]'``); raises
-        ``ImportError`` saying so without it and ``ValueError`` when hits disagree on the
-        number of dimensions.
+        A hit without that embedding gets a row of NaN; the width is taken from the hits.
+        Vectors not read yet go from the answer's text straight into the array (the hits keep
+        them unread); read ones are copied. Needs numpy (not a dependency of asyncsearch:
+        ``pip install 'asyncsearch[numpy]'``); raises ``ImportError`` saying so without it and
+        ``ResponseValidationError`` when hits disagree on the number of dimensions or a vector
+        does not fit.
         """
-        try:
-            import numpy as np
-        except ImportError as exc:
-            raise ImportError(
-                "SearchPage.embedding_matrix() needs numpy, which asyncsearch does not depend "
-                "on: pip install 'asyncsearch[numpy]' (or pip install numpy)"
-            ) from exc
-
-        vectors = [getattr(h.embeddings, name) if h.embeddings else [] for h in self.hits]
-        width = max((len(v) for v in vectors), default=0)
-        for hit, vector in zip(self.hits, vectors, strict=True):
-            if vector and len(vector) != width:
-                raise ValueError(
-                    f"hit {hit.id!r} has {len(vector)} {name} values where others have {width}"
-                )
-        if all(len(v) == width for v in vectors):
-            return np.array(vectors, dtype=np.float32).reshape(len(vectors), width)
-        matrix = np.full((len(vectors), width), np.nan, dtype=np.float32)
-        for row, vector in enumerate(vectors):
-            if vector:
-                matrix[row] = vector
+        matrix, _ = embedding_matrix(self.hits, name)
         return matrix
 
 
-class LeanSearchPage(_WireWithLists):
-    """A page of search results whose hits were decoded without their embeddings."""
+#: Deprecated alias of ``SearchPage`` (there is one page type now); removed in the next release.
+LeanSearchPage = SearchPage
 
-    _list_fields = ("hits",)
 
-    total: int
-    has_more: bool
-    hits: List[LeanSearchHit] = []
+class _Small3View(msgspec.Struct, gc=False):
+    small3_512: list[float] | None = msgspec.field(default=None, name="small3_512")
+
+
+class _Clip2View(msgspec.Struct, gc=False):
+    clip2: list[float] | None = None
+
+
+# One vector of a hit's raw embeddings, the other one skipped while parsing.
+_vector_decoders: dict[str, msgspec.json.Decoder[Any]] = {
+    "small3_512": msgspec.json.Decoder(_Small3View | None),
+    "clip2": msgspec.json.Decoder(_Clip2View | None),
+}
+
+
+def embedding_matrix(
+    hits: Sequence[SearchHit], name: Literal["small3_512", "clip2"]
+) -> tuple[Any, Any]:
+    """The hits' ``name`` vectors as a float32 matrix, and which rows have one (a bool array).
+
+    The one place a vector matrix is made (``SearchPage.embedding_matrix``,
+    ``asyncsearch.arrow``, ``asyncsearch.ray``). A hit without the vector (or with an empty
+    one) gets a row of NaN; with no vector at all the matrix has width 0. Raw vectors are
+    parsed with a view that skips the other vector and are not kept on the hits. Raises
+    ``ImportError`` without numpy and ``ResponseValidationError`` when a vector does not fit or
+    the hits disagree on the width.
+    """
+    try:
+        import numpy as np
+    except ImportError as exc:
+        raise ImportError(
+            "SearchPage.embedding_matrix() needs numpy, which asyncsearch does not depend "
+            "on: pip install 'asyncsearch[numpy]' (or pip install numpy)"
+        ) from exc
+
+    decoder = _vector_decoders[name]
+    vectors: list[list[float] | None] = []
+    for hit in hits:
+        held = _embeddings_slot.__get__(hit)
+        if type(held) is msgspec.Raw:
+            # One decode per hit measured faster than one decode of the slices joined into
+            # one array (which copies every slice first): ~46 against ~70 ms for 1000 hits.
+            held = _decode_vector_json(decoder, hit.id, held, "")
+        vectors.append(getattr(held, name) if held is not None else None)
+    present = np.fromiter((bool(v) for v in vectors), dtype=bool, count=len(vectors))
+    sizes = {len(v) for v in vectors if v}
+    if len(sizes) > 1:
+        width = max(sizes)
+        hit, size = next(
+            (h, len(v)) for h, v in zip(hits, vectors, strict=True) if v and len(v) != width
+        )
+        raise ResponseValidationError(
+            f"the hits' {name} embeddings disagree on their size: hit {hit.id!r} has "
+            f"{size} {name} values where others have {width}",
+            path=f"$.hits[*].embeddings.{name}",
+            body=b"",
+        )
+    width = sizes.pop() if sizes else 0
+    if present.all():
+        return np.array(vectors, dtype=np.float32).reshape(len(vectors), width), present
+    matrix = np.full((len(vectors), width), np.nan, dtype=np.float32)
+    for row, values in enumerate(vectors):
+        if values:
+            matrix[row] = values
+    return matrix, present
 
 
 class SearchHitId(_Wire):

@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
-from typing import Any, Generic, TypedDict, TypeVar, Unpack, cast, get_args
+from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
@@ -43,7 +43,6 @@ from ._errors import (
 from ._models import (
     ExtractionFormat,
     ExtractionJob,
-    LeanSearchPage,
     LinkPreview,
     LinkType,
     Pagination,
@@ -339,7 +338,6 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 # ---------------------------------------------------------------------------------------------
 
 _search_page_decoder = msgspec.json.Decoder(SearchPage)
-_lean_search_page_decoder = msgspec.json.Decoder(LeanSearchPage)
 _search_page_head_decoder = msgspec.json.Decoder(SearchPageHead)
 _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
 _link_preview_decoder = msgspec.json.Decoder(LinkPreview)
@@ -376,11 +374,18 @@ def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
 
 
 def _parse_search_page(body: bytes) -> SearchPage:
+    # Each hit keeps its embeddings as the raw JSON (msgspec.Raw, referencing ``body``) and
+    # decodes them on first read: SearchHit.embeddings.
     return decode_body(_search_page_decoder, body)
 
 
-def _parse_lean_search_page(body: bytes) -> LeanSearchPage:
-    return decode_body(_lean_search_page_decoder, body)
+def _parse_search_page_without_embeddings(body: bytes) -> SearchPage:
+    page = decode_body(_search_page_decoder, body)
+    # Dropping the raw slices lets ``body`` be freed once the caller drops it: no hit refers to
+    # it any more. They are not validated (nothing is read from them), as when skipped.
+    for hit in page.hits:
+        hit.embeddings = None
+    return page
 
 
 def search_page_head(body: bytes) -> SearchPageHead:
@@ -582,11 +587,10 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
     )
 
 
-def without_embeddings(request: Request[SearchPage]) -> Request[LeanSearchPage]:
-    """The same search, its answer decoded as a ``LeanSearchPage`` (embeddings skipped)."""
+def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
+    """The same search, its hits' embeddings dropped once parsed (``hit.embeddings`` is None)."""
     # replace() keeps every other field, whatever fields Request gains.
-    lean = msgspec.structs.replace(request, parse=_parse_lean_search_page)
-    return cast("Request[LeanSearchPage]", lean)
+    return msgspec.structs.replace(request, parse=_parse_search_page_without_embeddings)
 
 
 def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:

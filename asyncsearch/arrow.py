@@ -45,9 +45,10 @@ from asyncsearch import (
     ResponseValidationError,
     SearchPage,
 )
+from asyncsearch._models import embedding_matrix
 
 try:
-    import numpy as np
+    import numpy as np  # noqa: F401 - the matrices come from numpy (asyncsearch._models)
     import pyarrow as pa
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
@@ -206,29 +207,11 @@ class HitBatches:
         """The hits' ``name`` vectors as ``SearchPage.embedding_matrix`` makes them (float32,
         NaN rows where a hit has none), and which rows have one; None when no hit has one."""
         path = f"$.hits[*].embeddings.{name}"
-        vectors = [getattr(e, name) if (e := hit.embeddings) is not None else None for hit in hits]
-        present = [bool(vector) for vector in vectors]
-        sizes = {len(vector) for vector in vectors if vector}
-        if not sizes:  # no hit of the page has this embedding
+        matrix, present = embedding_matrix(hits, name)
+        if not present.any():  # no hit of the page has this embedding
             return None
-        if len(sizes) > 1:
-            hit = next(h for h, v in zip(hits, vectors, strict=True) if v and len(v) != max(sizes))
-            raise ResponseValidationError(
-                f"the hits' {name} embeddings disagree on their size: hit {hit.id!r} has "
-                f"{len(getattr(hit.embeddings, name))} {name} values where others have "
-                f"{max(sizes)}",
-                path=path,
-                body=b"",
-            )
-        (width,) = sizes
-        if all(present):
-            matrix = np.array(vectors, dtype=np.float32)
-        else:
-            matrix = np.full((len(hits), width), np.nan, dtype=np.float32)
-            for row, vector in enumerate(vectors):
-                if vector:
-                    matrix[row] = vector
-        first = hits[present.index(True)].id
+        width = matrix.shape[1]
+        first = hits[int(present.argmax())].id
         expected = self.widths[name]
         if expected is None:
             self.widths[name] = width
@@ -242,7 +225,7 @@ class HitBatches:
                 path=path,
                 body=b"",
             )
-        return matrix, np.array(present, dtype=bool)
+        return matrix, present
 
     def _leave_out(self, name: EmbeddingName, vectors: int, width: int) -> None:
         """Vectors of a column settled as absent: left out (null), counted, logged once."""

@@ -349,15 +349,141 @@ def test_a_timestamp_of_the_wrong_type_still_fails() -> None:
     assert info.value.path == "$.createdAt"
 
 
-def test_lean_page_skips_embeddings_and_keeps_everything_else() -> None:
+def test_a_page_without_embeddings_keeps_everything_else() -> None:
     body = sample("search_page.json")
     full = msgspec.json.decode(body, type=SearchPage)
-    lean = msgspec.json.decode(body, type=asyncsearch.LeanSearchPage)
-    assert not hasattr(lean.hits[0], "embeddings")
+    lean = protocol._parse_search_page_without_embeddings(body)
+    assert type(lean) is SearchPage
+    assert lean.hits[0].embeddings is None
     full_fields = msgspec.structs.asdict(full.hits[0])
     full_fields.pop("embeddings")
-    assert msgspec.structs.asdict(lean.hits[0]) == full_fields
+    lean_fields = msgspec.structs.asdict(lean.hits[0])
+    assert lean_fields.pop("embeddings") is None
+    assert lean_fields == full_fields
     assert (lean.total, lean.has_more) == (full.total, full.has_more)
+
+
+def test_the_lean_names_are_deprecated_aliases_of_the_one_page_and_hit() -> None:
+    assert asyncsearch.LeanSearchPage is SearchPage
+    assert asyncsearch.LeanSearchHit is asyncsearch.SearchHit
+
+
+# -- embeddings decoded on first read ------------------------------------------------------------
+
+
+def _held(hit: asyncsearch.SearchHit) -> Any:
+    """What the hit's ``embeddings`` field holds, without reading it through the property."""
+    return msgspec.structs.asdict(hit)["embeddings"]
+
+
+def test_a_hit_keeps_its_embeddings_as_raw_json_until_read() -> None:
+    body = sample("search_page.json")
+    page = msgspec.json.decode(body, type=SearchPage)
+    hit = page.hits[0]
+    held = _held(hit)
+    assert type(held) is msgspec.Raw
+    # A slice of the answer, as sent: no floats were made.
+    assert bytes(held) in body
+    assert json.loads(bytes(held)) == json.loads(body)["hits"][0]["embeddings"]
+    embeddings = hit.embeddings
+    assert type(embeddings) is asyncsearch.models.Embeddings
+    assert embeddings.small3_512 == json.loads(body)["hits"][0]["embeddings"]["small3_512"]
+    # Decoded once, then kept: the same object on every read.
+    assert _held(hit) is embeddings
+    assert hit.embeddings is embeddings
+
+
+def test_a_null_or_absent_embeddings_reads_as_none() -> None:
+    null = msgspec.json.decode(b'{"id":"a","embeddings":null}', type=asyncsearch.SearchHit)
+    absent = msgspec.json.decode(b'{"id":"b"}', type=asyncsearch.SearchHit)
+    assert null.embeddings is None
+    assert absent.embeddings is None
+
+
+def test_a_hit_compares_reprs_and_encodes_as_if_its_vectors_were_read() -> None:
+    body = sample("search_page.json")
+    lazy = msgspec.json.decode(body, type=SearchPage)
+    read = msgspec.json.decode(body, type=SearchPage)
+    for hit in read.hits:
+        assert hit.embeddings is not None
+    assert type(_held(lazy.hits[0])) is msgspec.Raw
+    assert lazy == read
+    unread = msgspec.json.decode(body, type=SearchPage).hits[0]
+    assert (unread != read.hits[0]) is False  # __ne__ reads too
+    built = msgspec.structs.replace(read.hits[0])
+    assert msgspec.json.decode(body, type=SearchPage).hits[0] == built
+    assert repr(msgspec.json.decode(body, type=SearchPage).hits[0]) == repr(built)
+    assert "embeddings=Embeddings(small3_512=[" in repr(built)
+    # Encoding a page not read gives its wire form back; decoding that gives an equal page.
+    fresh = msgspec.json.decode(body, type=SearchPage)
+    again = msgspec.json.decode(msgspec.json.encode(fresh), type=SearchPage)
+    assert again == read
+    encoded = msgspec.json.encode(msgspec.json.decode(body, type=SearchPage))
+    assert json.loads(encoded) == json.loads(msgspec.json.encode(read))
+    # to_dict() reads the raw vectors for the dict, without keeping them on the hit.
+    fresh = msgspec.json.decode(body, type=SearchPage)
+    assert fresh.to_dict() == read.to_dict()
+    assert type(_held(fresh.hits[0])) is msgspec.Raw
+    # Another hit's vectors still make the two unequal.
+    other = msgspec.json.decode(body, type=SearchPage)
+    changed = json.loads(body)
+    changed["hits"][0]["embeddings"]["clip2"][0] += 1.0
+    assert msgspec.json.decode(json.dumps(changed).encode(), type=SearchPage) != other
+
+
+def test_embeddings_can_be_given_and_set() -> None:
+    embeddings = asyncsearch.models.Embeddings(small3_512=[1.0], clip2=[2.0])
+    hit = asyncsearch.SearchHit(id="a", embeddings=embeddings)
+    assert hit.embeddings is embeddings
+    hit.embeddings = None
+    assert hit.embeddings is None
+    assert msgspec.structs.replace(hit, embeddings=embeddings).embeddings is embeddings
+
+
+def test_a_bad_vector_is_a_typed_error_on_first_read_naming_hit_and_path() -> None:
+    page = json.loads(sample("search_page.json"))
+    page["hits"][0]["embeddings"]["small3_512"][3] = "oops"
+    body = json.dumps(page).encode()
+    decoded = protocol._parse_search_page(body)  # the rest of the page is checked here
+    hit = decoded.hits[0]
+    with pytest.raises(ResponseValidationError) as info:
+        _ = hit.embeddings
+    assert info.value.path == "$.hits[*].embeddings.small3_512[3]"
+    assert repr(hit.id) in str(info.value)
+    assert "Expected `float`, got `str`" in str(info.value)
+    # Raised again on every read: nothing was stored, nothing is silently None.
+    with pytest.raises(ResponseValidationError):
+        _ = hit.embeddings
+    with pytest.raises(ResponseValidationError, match=r"small3_512\[3\]"):
+        decoded.embedding_matrix("small3_512")
+    # An embeddings value of the wrong shape altogether fails the same way.
+    page["hits"][0]["embeddings"] = [1, 2]
+    odd = protocol._parse_search_page(json.dumps(page).encode()).hits[0]
+    with pytest.raises(ResponseValidationError, match="Expected `object"):
+        _ = odd.embeddings
+
+
+def test_concurrent_first_reads_from_threads_agree() -> None:
+    import threading
+
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    hit = page.hits[0]
+    start = threading.Barrier(8)
+    seen: list[Any] = []
+
+    def read() -> None:
+        start.wait(timeout=10)
+        seen.append(hit.embeddings)
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(seen) == 8
+    assert all(value == seen[0] for value in seen)
+    assert type(seen[0]) is asyncsearch.models.Embeddings
+    assert _held(hit) in seen  # the last write, one of the values read
 
 
 def test_embedding_matrix() -> None:
@@ -378,8 +504,21 @@ def test_embedding_matrix() -> None:
         hit, id="short", embeddings=asyncsearch.models.Embeddings(small3_512=[1.0])
     )
     page.hits.append(broken)
-    with pytest.raises(ValueError, match="'short' has 1 small3_512 values where others have 512"):
+    with pytest.raises(
+        ResponseValidationError, match="'short' has 1 small3_512 values where others have 512"
+    ):
         page.embedding_matrix()
+
+
+def test_embedding_matrix_reads_raw_vectors_without_keeping_them() -> None:
+    np = pytest.importorskip("numpy")
+    body = sample("search_page.json")
+    lazy = msgspec.json.decode(body, type=SearchPage)
+    read = msgspec.json.decode(body, type=SearchPage)
+    assert all(hit.embeddings is not None for hit in read.hits)
+    for name in ("small3_512", "clip2"):
+        assert np.array_equal(lazy.embedding_matrix(name), read.embedding_matrix(name))
+    assert all(type(_held(hit)) is msgspec.Raw for hit in lazy.hits)
 
 
 def test_embedding_matrix_without_numpy_says_how_to_get_it(

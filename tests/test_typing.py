@@ -22,13 +22,15 @@ _TIMEOUT = 120
 GOOD = """
 from typing import assert_type
 
+from asyncsearch.models import Embeddings
+
 from asyncsearch import (
     AsyncSearchClient,
     ExtractionFailure,
     ExtractionJob,
     ExtractionResult,
     ExtractionSuccess,
-    LeanSearchPage,
+    SearchHit,
     SearchPage,
     APIResponse,
     RequestOptions,
@@ -49,20 +51,31 @@ def narrow(result: ExtractionResult) -> str:
 
 async def calls(client: AsyncSearchClient) -> None:
     assert_type(await client.search("q", page=2, page_size=10), SearchPage)
-    assert_type(await client.search("q", embeddings=False), LeanSearchPage)
+    # One page type whatever embeddings= says: the vectors are decoded on first read, or None.
+    assert_type(await client.search("q", embeddings=False), SearchPage)
     raw = await client.with_raw_response.search("q", embeddings=False, sort={"field": "name"})
-    assert_type(raw, APIResponse[LeanSearchPage])
+    assert_type(raw, APIResponse[SearchPage])
     await client.get_extraction("id", format="markdown")
     await client.link_preview("https://example.com", type="cache")
     await client.wait_for_extraction("id", until={"processing", "done"})
     async with client.search_hits("q", embeddings=False, max_items=5) as hits:
         async for hit in hits:
+            assert_type(hit, SearchHit)
+            assert_type(hit.embeddings, Embeddings | None)
             print(hit.id)
+    async with client.search_pages("q", embeddings=True) as pages:
+        async for page in pages:
+            assert_type(page.hits[0].embeddings, Embeddings | None)
+    built = SearchHit(id="a", embeddings=Embeddings(small3_512=[1.0]))
+    built.embeddings = None
 
 
 async def plain_values(client: AsyncSearchClient, flag: bool, ids: list[str]) -> None:
-    # A plain bool, not a literal: the page is either kind.
-    assert_type(await client.search("q", embeddings=flag), SearchPage | LeanSearchPage)
+    # A plain bool, not a literal: still the one page type.
+    assert_type(await client.search("q", embeddings=flag), SearchPage)
+    async with client.search_hits("q", embeddings=flag) as hits:
+        async for hit in hits:
+            assert_type(hit, SearchHit)
     # Each result carries its id back with the type it was given.
     results = await client.gather_extractions(ids)
     assert_type(results[0].job_id, str)
