@@ -197,9 +197,11 @@ async def test_a_killed_parquet_export_leaves_the_last_file_and_resumes(
     first = await run_cli(*args, env=cli_env(emu))
     assert first.code == 0, first.stderr
     before = out.read_bytes()
+    parts = tmp_path / "jobs.parquet.parts"
+    assert not parts.exists()  # merged into FILE and removed
 
-    # A second run over more ids, killed outright while its requests are parked: no footer
-    # is ever written to its FILE.partial.
+    # A second run over more ids, killed outright while its requests are parked, before it
+    # has results enough for a finished part.
     ids_file.write_text("\n".join(ids) + "\n")
     emu.faults.hold("extract", after=10)
     process = await start_cli(*args, env=cli_env(emu))
@@ -210,12 +212,12 @@ async def test_a_killed_parquet_export_leaves_the_last_file_and_resumes(
     emu.faults.release()
     emu.faults.clear()
     assert out.read_bytes() == before  # the last complete file, as it was
-    partial = tmp_path / "jobs.parquet.partial"
-    assert partial.exists()
-    partial.write_bytes(partial.read_bytes() + b"garbage of a killed run" * 1000)
+    assert not list(parts.glob("*.parquet"))
+    # What a kill in the middle of writing a part leaves: an unfinished part, never read.
+    (parts / "00000001.parquet.tmp").write_bytes(b"PAR1" + b"garbage of a killed run" * 1000)
 
     third = await run_cli(*args, env=cli_env(emu))
     assert third.code == 0, third.stderr
     final = pq.read_table(out)
     assert sorted(final.column("job_id").to_pylist()) == sorted(ids)
-    assert not partial.exists()
+    assert not parts.exists()
