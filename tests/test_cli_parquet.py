@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest_asyncio
 
 from asyncsearch import AsyncSearchClient
+from asyncsearch._cli._parquet import FLUSH_ROWS, ROWS_PER_GROUP
 from asyncsearch.arrow import EXTRACTION_SCHEMA, extractions_table, search_table
 from asyncsearch.testing import ServiceEmulator
 
@@ -68,6 +69,10 @@ async def test_search_parquet_reads_back_as_search_table(
     assert _rows(written) == _rows(expected)
     assert f"search: wrote {expected.num_rows} hits to {out}" in result.stderr
     assert not (tmp_path / "hits.parquet.partial").exists()
+    # Pages are gathered into row groups of ROWS_PER_GROUP rows, not one row group per page.
+    pages = -(-expected.num_rows // 7)
+    assert pages > 1
+    assert pq.ParquetFile(out).metadata.num_row_groups == 1 < pages
 
     cut = await run_cli("search", "--parquet", str(out), "--max-items", "9", env=cli_env(emu))
     assert cut.code == 0, cut.stderr
@@ -221,3 +226,90 @@ async def test_a_killed_parquet_export_leaves_the_last_file_and_resumes(
     final = pq.read_table(out)
     assert sorted(final.column("job_id").to_pylist()) == sorted(ids)
     assert not parts.exists()
+
+
+def _finished_parts(parts: Path) -> list[Path]:
+    return sorted(parts.glob("*.parquet"))
+
+
+async def _wait_for_a_finished_part(parts: Path) -> None:
+    """Poll the folder until a finished part is there (the caller bounds the wait)."""
+    while True:
+        if _finished_parts(parts):
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_a_parquet_export_killed_outright_keeps_its_finished_parts_and_resumes(
+    tmp_path: Path,
+) -> None:
+    # More results than one part holds, and a gate that parks every request past them: the
+    # run is certainly unfinished when it is killed, however fast this machine is.
+    fetched_before_kill = FLUSH_ROWS + 50
+    n_jobs = FLUSH_ROWS + 200
+    async with ServiceEmulator(api_key=TEST_KEY, seed=5, n_resources=5, n_jobs=n_jobs) as emu:
+        ids = [job["id"] for job in emu.jobs()]
+        ids_file = tmp_path / "ids.txt"
+        ids_file.write_text("\n".join(ids) + "\n")
+        out = tmp_path / "jobs.parquet"
+        parts = tmp_path / "jobs.parquet.parts"
+        args = (
+            "extract-many", str(ids_file), "--parquet", str(out), "--concurrency", str(CONCURRENCY)
+        )  # fmt: skip
+        emu.faults.hold("extract", after=fetched_before_kill)
+        process = await start_cli(*args, env=cli_env(emu))
+        try:
+            async with asyncio.timeout(RUN_TIMEOUT):
+                await emu.faults.wait_parked(CONCURRENCY, "extract")
+                await _wait_for_a_finished_part(parts)
+        finally:
+            process.kill()
+            await finish(process)
+        emu.faults.release()
+        emu.faults.clear()
+        assert not out.exists()  # never merged: the run was killed
+
+        finished = _finished_parts(parts)
+        written = pa.concat_tables([pq.read_table(part) for part in finished])
+        assert written.schema == EXTRACTION_SCHEMA
+        assert written.num_rows == FLUSH_ROWS * len(finished) >= FLUSH_ROWS
+        kept = written.column("job_id").to_pylist()
+        assert len(set(kept)) == len(kept)
+        first_fetches = extract_fetches(emu)
+        assert all(first_fetches[job_id] == 1 for job_id in kept)
+
+        second = await run_cli(*args, env=cli_env(emu))
+        assert second.code == 0, second.stderr
+        assert f"{len(kept)} already in" in second.stderr
+        final = pq.read_table(out)
+        assert final.schema == EXTRACTION_SCHEMA
+        assert sorted(final.column("job_id").to_pylist()) == sorted(ids)  # every id once
+        assert final.column("error").null_count == len(ids)
+        fetches = extract_fetches(emu)
+        # What was in a finished part was not fetched again; the rest at most once more.
+        assert all(fetches[job_id] == 1 for job_id in kept)
+        assert set(fetches) == set(ids)
+        assert max(fetches.values()) <= 2
+        assert not parts.exists()
+        # The parts were merged into row groups of ROWS_PER_GROUP, not one per part.
+        assert n_jobs <= ROWS_PER_GROUP
+        assert pq.ParquetFile(out).metadata.num_row_groups == 1
+
+
+async def test_output_onto_a_parquet_file_is_refused_and_kept(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(emu.jobs()[0]["id"] + "\n")
+    results = tmp_path / "results.parquet"
+    pq.write_table(pa.table({"job_id": ["a\nb", "c"]}), results)
+    before = results.read_bytes()
+    # -o for --parquet, an easy slip: appending JSON Lines would make the file unreadable.
+    result = await run_cli("extract-many", str(ids_file), "-o", str(results), env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert f"{results} (--output) is not empty and not a JSON Lines file" in result.stderr
+    assert "it is a Parquet file" in result.stderr
+    assert "--parquet" in result.stderr
+    assert results.read_bytes() == before
+    assert pq.read_table(results).num_rows == 2
+    assert emu.stats.count() == 0

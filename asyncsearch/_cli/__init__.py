@@ -27,6 +27,7 @@ from ._run import (
     Command,
     error,
     run_command,
+    speak_flags,
 )
 
 __all__ = ["main"]
@@ -442,6 +443,13 @@ def _have_rich() -> bool:
     return True
 
 
+class _FlagsFormatter(logging.Formatter):
+    """Log lines of the library with its argument names said as the command's flags."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return speak_flags(super().format(record))
+
+
 def _configure_logging(verbosity: int) -> None:
     logger = logging.getLogger("asyncsearch")
     if verbosity <= 0:
@@ -450,7 +458,7 @@ def _configure_logging(verbosity: int) -> None:
         logger.addHandler(logging.NullHandler())
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_FlagsFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
 
