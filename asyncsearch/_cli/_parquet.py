@@ -210,7 +210,9 @@ class _PartsFolder:
         lock_path = os.path.join(self.folder, _LOCK_NAME)
         for _ in range(10):
             try:
-                os.makedirs(self.folder, exist_ok=True)
+                # Not makedirs: a missing folder of FILE is the user's slip, never made here.
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(self.folder)
                 handle = open(lock_path, "a+b")  # noqa: SIM115 - closed in release()
             except FileNotFoundError:
                 continue  # the folder was just removed by a run that ended: make it again
