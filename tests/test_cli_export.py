@@ -389,22 +389,24 @@ async def test_an_output_that_is_not_json_lines_is_refused_and_kept(
     assert emu.stats.count() == 0
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("extract-many", "-o"), ("extract-many", "--parquet"), ("search", "--parquet")],
+    ids=["extract-many -o", "extract-many --parquet", "search --parquet"],
+)
 async def test_an_output_in_a_missing_folder_is_a_usage_error_naming_it(
-    emu: ServiceEmulator, tmp_path: Path
+    emu: ServiceEmulator, tmp_path: Path, command: tuple[str, str]
 ) -> None:
+    name, flag = command
     ids_file = tmp_path / "ids.txt"
     ids_file.write_text(emu.jobs()[0]["id"] + "\n")
     missing = tmp_path / "no-such-folder"
-    runs = {
-        "--output": ("extract-many", str(ids_file), "-o", str(missing / "x.jsonl")),
-        "--parquet": ("extract-many", str(ids_file), "--parquet", str(missing / "x.parquet")),
-        "search --parquet": ("search", "x", "--parquet", str(missing / "hits.parquet")),
-    }
-    results = await asyncio.gather(*(run_cli(*args, env=cli_env(emu)) for args in runs.values()))
-    for (name, args), result in zip(runs.items(), results, strict=True):
-        assert result.code == 2, (name, result.stderr)
-        assert f"cannot open the output file {args[-1]} " in result.stderr, name
-        assert f"there is no folder {missing}" in result.stderr, name
-        assert ".partial" not in result.stderr
+    target = str(missing / "out.file")
+    first = str(ids_file) if name == "extract-many" else "invoice"
+    result = await run_cli(name, first, flag, target, env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert f"cannot open the output file {target} " in result.stderr
+    assert f"there is no folder {missing}" in result.stderr
+    assert ".partial" not in result.stderr
     assert not missing.exists()
     assert emu.stats.count() == 0

@@ -211,8 +211,12 @@ class _PartsFolder:
         for _ in range(10):
             try:
                 # Not makedirs: a missing folder of FILE is the user's slip, never made here.
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(self.folder)
+                os.mkdir(self.folder)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise cannot_write(path, "--parquet", exc.strerror or str(exc)) from None
+            try:
                 handle = open(lock_path, "a+b")  # noqa: SIM115 - closed in release()
             except FileNotFoundError:
                 continue  # the folder was just removed by a run that ended: make it again
