@@ -313,3 +313,24 @@ async def test_output_onto_a_parquet_file_is_refused_and_kept(
     assert results.read_bytes() == before
     assert pq.read_table(results).num_rows == 2
     assert emu.stats.count() == 0
+
+
+def test_row_groups_are_cut_by_rows_or_by_bytes_held(tmp_path: Path) -> None:
+    from asyncsearch._cli._parquet import _GroupedWriter
+
+    def batch(rows: int) -> pa.RecordBatch:
+        return pa.record_batch({"v": pa.array([b"x" * 100] * rows, pa.binary())})
+
+    def row_groups(path: Path, **bounds: int) -> list[int]:
+        with path.open("wb") as handle:
+            writer = _GroupedWriter(handle, **bounds)
+            for _ in range(10):
+                writer.write(batch(20))  # ten pages of 20 rows, 2 kB each
+            writer.close(None)
+        metadata = pq.ParquetFile(path).metadata
+        return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+    assert row_groups(tmp_path / "rows.parquet", rows_per_group=50) == [60, 60, 60, 20]
+    assert row_groups(tmp_path / "one.parquet") == [200]
+    held = batch(20).nbytes
+    assert row_groups(tmp_path / "bytes.parquet", max_group_bytes=2 * held) == [40] * 5

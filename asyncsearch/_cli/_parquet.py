@@ -23,8 +23,9 @@ or after ``--retry-failed`` added a new row for an id that had failed. ``FILE.pa
 held (``flock``) by the run, so a second run on the same ``FILE`` is refused.
 
 Row groups: a final file (``FILE`` of either command) is written in row groups of at least
-``ROWS_PER_GROUP`` rows (the last one smaller): few enough for a reader to plan around, and
-large enough to compress and scan well. A part is flushed after ``FLUSH_ROWS`` results, the
+``ROWS_PER_GROUP`` rows (the last one smaller), or fewer once they hold ``MAX_GROUP_BYTES`` in
+memory (wide embeddings): few enough for a reader to plan around, and large enough to compress
+and scan well. A part is flushed after ``FLUSH_ROWS`` results, the
 trade-off being what a kill may lose, not how the file reads: parts are merged into
 ``ROWS_PER_GROUP`` row groups at the end.
 """
@@ -56,6 +57,9 @@ __all__ = ["FLUSH_ROWS", "ROWS_PER_GROUP", "ExtractionParquet", "HitParquet"]
 
 #: Rows per row group of a finished file (at least; the last group holds the rest).
 ROWS_PER_GROUP = 16_384
+#: ...or fewer rows once they hold this many bytes in memory: 16,384 hits with both embeddings
+#: (512 + 768 float32) are about 84 MB, and a row group is held whole until it is written.
+MAX_GROUP_BYTES = 64 * 1024 * 1024
 #: Results of ``extract-many`` per finished part file: at most what a ``kill -9`` loses.
 FLUSH_ROWS = 1_000
 
@@ -79,14 +83,22 @@ def _fsync_folder(folder: str) -> None:
 
 
 class _GroupedWriter:
-    """A ``ParquetWriter`` on ``handle`` that writes batches in row groups of ``ROWS_PER_GROUP``."""
+    """A ``ParquetWriter`` on ``handle`` that gathers batches into row groups of at least
+    ``rows_per_group`` rows, or of ``max_group_bytes`` bytes held, whichever comes first."""
 
-    def __init__(self, handle: IO[bytes], rows_per_group: int = ROWS_PER_GROUP) -> None:
+    def __init__(
+        self,
+        handle: IO[bytes],
+        rows_per_group: int = ROWS_PER_GROUP,
+        max_group_bytes: int = MAX_GROUP_BYTES,
+    ) -> None:
         self._handle = handle
         self._rows_per_group = rows_per_group
+        self._max_group_bytes = max_group_bytes
         self._writer: pq.ParquetWriter | None = None
         self._held: list[pa.RecordBatch] = []
         self._held_rows = 0
+        self._held_bytes = 0
         self.rows = 0
         self.row_groups = 0
 
@@ -95,8 +107,9 @@ class _GroupedWriter:
             return
         self._held.append(batch)
         self._held_rows += batch.num_rows
+        self._held_bytes += batch.nbytes
         self.rows += batch.num_rows
-        if self._held_rows >= self._rows_per_group:
+        if self._held_rows >= self._rows_per_group or self._held_bytes >= self._max_group_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -110,6 +123,7 @@ class _GroupedWriter:
         self.row_groups += 1
         self._held.clear()
         self._held_rows = 0
+        self._held_bytes = 0
 
     @property
     def started(self) -> bool:
