@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -366,6 +367,30 @@ async def test_an_output_that_is_the_ids_file_is_refused(
     assert "is the input" in result.stderr
     assert f"{flag if flag != '-o' else '--output'} {out}" in result.stderr
     assert (f"IDS {ids_file}" if link != "stdin" else "IDS - (stdin)") in result.stderr
+    assert ids_file.read_bytes() == before
+    assert emu.stats.count() == 0
+
+
+async def test_stdout_onto_the_ids_file_is_refused(emu: ServiceEmulator, tmp_path: Path) -> None:
+    # `extract-many ids.txt -o - >> ids.txt` would read its own lines back as ids forever.
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:5]) + "\n")
+    before = ids_file.read_bytes()
+    with ids_file.open("ab") as stdout:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "asyncsearch", "extract-many", str(ids_file), "-o", "-",
+            env=cli_env(emu), stdin=asyncio.subprocess.DEVNULL, stdout=stdout,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(RUN_TIMEOUT):
+                _, stderr = await process.communicate()
+        finally:
+            if process.returncode is None:  # it looped: stop it
+                process.kill()
+                await process.wait()
+    assert process.returncode == 2, stderr
+    assert f"the output --output - (stdout) is the input IDS {ids_file}" in stderr.decode()
     assert ids_file.read_bytes() == before
     assert emu.stats.count() == 0
 

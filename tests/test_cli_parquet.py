@@ -181,8 +181,10 @@ async def test_a_file_that_is_not_an_export_is_refused_and_kept(
             "extract-many", str(ids_file), "--parquet", str(target), env=cli_env(emu)
         )
         assert result.code != 0
+        assert result.code == 2
         assert "choose another --parquet file" in result.stderr
         assert target.read_bytes() == before
+        assert not (tmp_path / f"{target.name}.parts").exists()
     assert sum(extract_fetches(emu).values()) == 0
     both = await run_cli(
         "extract-many", str(ids_file), "-o", "x.jsonl", "--parquet", "x.parquet", env=cli_env(emu)
