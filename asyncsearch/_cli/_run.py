@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ __all__ = [
     "count",
     "error",
     "run_command",
+    "speak_flags",
 ]
 
 ENV_API_KEY = "ASYNCSEARCH_API_KEY"
@@ -175,6 +177,39 @@ class Context:
 Command = Callable[[Context], Awaitable[int]]
 
 
+# The library's argument names, as its messages and logs say them, and the flags that set them.
+_FLAG_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        # The command line never sets first_page: its pages start at 1, as the service's do.
+        (r", the client's first_page,", ","),
+        (r"\bstart_page=(-?\d+)", r"--page \1"),
+        (r"\bstart_page\b", "--page"),
+        (r"\bpage_size=(\d+)", r"--page-size \1"),
+        (r"\bpage_size\b", "--page-size"),
+        (r"\bmax_items=(\d+)", r"--max-items \1"),
+        (r"\bmax_items\b", "--max-items"),
+        # search --parquet turns --max-items into a number of pages.
+        (r"\bat max_pages=(\d+)", r"after \1 pages (--max-items)"),
+        (r"\bmax_pages\b", "--max-items"),
+        (r"\bmax_retries\b", "--max-retries"),
+        (r"\bconcurrency( must|=)", r"--concurrency\1"),
+        (r"\bbase_url\b", "--base-url"),
+        (r"\bbase_id\b", "--base-id"),
+        (r"\bapi_key\b", "--api-key"),
+        (r"\bpass --api-key=", "pass --api-key"),
+    )
+)
+
+
+def speak_flags(text: str) -> str:
+    """A message of the library with its argument names said as the command's flags
+    (``start_page=2`` -> ``--page 2``)."""
+    for pattern, replacement in _FLAG_WORDS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _message_for(exc: AsyncSearchError, ctx: Context) -> tuple[str, int]:
     if isinstance(exc, AuthenticationError):
         return (
@@ -216,7 +251,7 @@ def run_command(
         return exc.code
     except AsyncSearchError as exc:
         message, code = _message_for(exc, ctx)
-        error(ctx.redact(message))
+        error(ctx.redact(speak_flags(message)))
         return code
     except BrokenPipeError:
         # The reader went away (`asyncsearch search x --json | head`): stop quietly, and point
