@@ -111,6 +111,15 @@ class AsyncSearchError(Exception):
         return (_rebuild, (type(self), self.args, state))
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of asyncsearch's extras.
+
+    asyncsearch is not on PyPI: it installs from a checkout, so ``pip install
+    'asyncsearch[extra]'`` would fail (or install someone else's package).
+    """
+    return f"pip install -e '.[{extra}]' in a checkout of asyncsearch"
+
+
 def _rebuild(cls: type[AsyncSearchError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
     """Unpickle an error without calling its ``__init__``."""
     error = cls.__new__(cls, *args)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
-from ._errors import ResponseValidationError
+from ._errors import ResponseValidationError, install_hint
 
 __all__ = [
     "IN_PROGRESS_JOB_STATES",
@@ -580,9 +580,9 @@ class SearchPage(_WireWithLists):
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
         Vectors not read yet go from the answer's text straight into the array (the hits keep
         them unread); read ones are copied. Needs numpy (not a dependency of asyncsearch:
-        ``pip install 'asyncsearch[numpy]'``); raises ``ImportError`` saying so without it and
-        ``ResponseValidationError`` when hits disagree on the number of dimensions or a vector
-        does not fit.
+        ``pip install -e '.[numpy]'`` in a checkout); raises ``ImportError`` saying so without
+        it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
+        vector does not fit.
         """
         matrix, _ = embedding_matrix(self.hits, name)
         return matrix
@@ -624,7 +624,7 @@ def embedding_matrix(
     except ImportError as exc:
         raise ImportError(
             "SearchPage.embedding_matrix() needs numpy, which asyncsearch does not depend "
-            "on: pip install 'asyncsearch[numpy]' (or pip install numpy)"
+            f"on: {install_hint('numpy')} (or pip install numpy)"
         ) from exc
 
     decoder = _vector_decoders[name]

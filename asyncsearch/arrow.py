@@ -45,6 +45,7 @@ from asyncsearch import (
     ResponseValidationError,
     SearchPage,
 )
+from asyncsearch._errors import install_hint
 from asyncsearch._models import embedding_matrix
 
 try:
@@ -52,7 +53,7 @@ try:
     import pyarrow as pa
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "asyncsearch.arrow needs pyarrow and numpy: pip install 'asyncsearch[arrow]'"
+        f"asyncsearch.arrow needs pyarrow and numpy: {install_hint('arrow')}"
         f" ({exc.name or exc} is missing)"
     ) from exc
 

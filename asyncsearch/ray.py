@@ -1,4 +1,4 @@
-"""Bulk extraction results and search exports on Ray Data (``pip install 'asyncsearch[ray]'``).
+"""Bulk extraction results and search exports on Ray Data (``pip install -e '.[ray]'``).
 
 ``import asyncsearch`` never imports this module (nor Ray, nor pyarrow): import
 ``asyncsearch.ray`` yourself.
@@ -51,6 +51,7 @@ from asyncsearch import (
     Sort,
     Timeout,
 )
+from asyncsearch._errors import install_hint
 from asyncsearch.arrow import (
     EMBEDDING_NAMES,
     EXTRACTION_SCHEMA,
@@ -72,8 +73,7 @@ try:
     from ray.data.extensions import ArrowTensorArray
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "asyncsearch.ray needs Ray Data: pip install 'asyncsearch[ray]'"
-        f" ({exc.name or exc} is missing)"
+        f"asyncsearch.ray needs Ray Data: {install_hint('ray')} ({exc.name or exc} is missing)"
     ) from exc
 
 __all__ = [

@@ -241,3 +241,19 @@ def test_a_session_that_is_not_an_aiohttp_session_is_refused() -> None:
             base_url="http://127.0.0.1:1",
             session=object(),  # type: ignore[arg-type]
         )
+
+
+def test_install_hints_work_from_a_checkout() -> None:
+    # Issue 27: the hints said pip install 'asyncsearch[cli]', while asyncsearch is not on the
+    # index (README): every message names the extra as a checkout installs it.
+    from asyncsearch._errors import install_hint
+
+    assert install_hint("arrow") == "pip install -e '.[arrow]' in a checkout of asyncsearch"
+    package = Path(asyncsearch.__file__).resolve().parent
+    offenders = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"pip install '?asyncsearch\[", line)
+    ]
+    assert offenders == []

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar, get_args
 
 from asyncsearch import ExtractionFormat, LinkType, Sort, __version__
+from asyncsearch._errors import install_hint
 
 from ._run import (
     ENV_API_KEY,
@@ -32,9 +33,7 @@ from ._run import (
 
 __all__ = ["main"]
 
-INSTALL_HINT = (
-    f"{PROG}: the command line needs the 'cli' extra (rich): pip install 'asyncsearch[cli]'"
-)
+INSTALL_HINT = f"{PROG}: the command line needs the 'cli' extra (rich): {install_hint('cli')}"
 
 EXIT_STATUS_HELP = """\
 exit status:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from asyncsearch import ExtractionResult
+from asyncsearch._errors import install_hint
 
 from ._outputs import cannot_write
 from ._run import EXIT_USAGE, CommandError
@@ -50,7 +51,7 @@ try:
     from asyncsearch.arrow import EXTRACTION_SCHEMA, extraction_values, extractions_batch
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise CommandError(
-        f"--parquet needs pyarrow: pip install 'asyncsearch[arrow]' ({exc.name or exc} is missing)"
+        f"--parquet needs pyarrow: {install_hint('arrow')} ({exc.name or exc} is missing)"
     ) from exc
 
 __all__ = ["FLUSH_ROWS", "ROWS_PER_GROUP", "ExtractionParquet", "HitParquet"]
