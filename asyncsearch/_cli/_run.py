@@ -127,6 +127,15 @@ class Runtime:
                 loop.remove_signal_handler(signum)
 
 
+def _missing(what: str, env: str, option: str) -> str:
+    """Refuse a command that has no value for ``option`` from its flag or the environment."""
+    flag = "--" + option.replace("_", "-")
+    raise CommandError(
+        f"no {what}: set {env} or pass {flag} (for a local emulator, run '{PROG} serve')",
+        EXIT_USAGE,
+    )
+
+
 @dataclass
 class Context:
     """What a command gets: its arguments, the runtime, and what it asked the service for."""
@@ -140,21 +149,14 @@ class Context:
     def client(self) -> AsyncSearchClient:
         """The client from ``--api-key``/``--base-url``/``--base-id`` and the environment."""
         args = self.args
-        key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
-        if not key:
-            raise CommandError(
-                f"no API key: set {ENV_API_KEY} or pass --api-key "
-                f"(for a local emulator, run '{PROG} serve')",
-                EXIT_USAGE,
+        key, base_url = (
+            getattr(args, name, None) or os.environ.get(env) or _missing(what, env, name)
+            for name, env, what in (
+                ("api_key", ENV_API_KEY, "API key"),
+                ("base_url", ENV_BASE_URL, "service URL"),
             )
+        )
         self._key = key
-        base_url = getattr(args, "base_url", None) or os.environ.get(ENV_BASE_URL)
-        if not base_url:
-            raise CommandError(
-                f"no service URL: set {ENV_BASE_URL} or pass --base-url "
-                f"(for a local emulator, run '{PROG} serve')",
-                EXIT_USAGE,
-            )
         max_retries = getattr(args, "max_retries", None)
         timeout = getattr(args, "timeout", None)
         return AsyncSearchClient(
