@@ -70,9 +70,13 @@ def _grey_thumbnail(data: bytes) -> bytes | None:
         return None
 
 
-def fingerprint(data: bytes) -> ImageFingerprint:
-    """Return the fingerprint image search compares for these image bytes."""
-    digest = hashlib.sha256(data).digest()
+def fingerprint(data: bytes, *, digest: bytes | None = None) -> ImageFingerprint:
+    """Return the fingerprint image search compares for these image bytes.
+
+    ``digest`` is their SHA-256 when the caller has it already.
+    """
+    if digest is None:
+        digest = hashlib.sha256(data).digest()
     levels = _grey_thumbnail(data)
     if levels is None:
         return ImageFingerprint(digest)

@@ -19,6 +19,7 @@ same order.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from array import array
 from collections import Counter
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ._embed import CLIP2, SMALL3, HashingEmbedder, image_tokens, tokenize
+from ._embed import CLIP2, SMALL3, HashingEmbedder, image_counts, tokenize
 from ._errors import not_found
 from ._images import ImageFingerprint, fingerprint, similarity
 
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "SORT_FIELDS",
     "Filters",
+    "ImageQuery",
     "QuerySpec",
     "SearchIndex",
     "SearchRequest",
@@ -125,12 +127,64 @@ class Filters:
         )
 
 
+class ImageQuery:
+    """The picture of a query object: its bytes, their digest, and once ``prepare``d, what
+    search compares (its ``clip2`` vector and its fingerprint).
+
+    Equal (and hashed) by digest, so that the same search asked again is recognised. Building
+    one costs a SHA-256 of the bytes; ``prepare`` may decode the picture with Pillow, which the
+    emulator does off its event loop.
+    """
+
+    __slots__ = ("_fingerprint", "_vector", "data", "digest")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.digest = hashlib.sha256(data).digest()
+        self._vector: dict[int, int] | None = None
+        self._fingerprint: ImageFingerprint | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageQuery) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"ImageQuery({len(self.data)} bytes, sha256={self.digest.hex()[:12]}...)"
+
+    @property
+    def prepared(self) -> bool:
+        """Return True once the vector and the fingerprint are computed."""
+        return self._fingerprint is not None
+
+    def prepare(self) -> None:
+        """Compute the vector and the fingerprint, once (in any thread: nothing else is shared)."""
+        if self._fingerprint is None:
+            self._vector = image_counts(self.data, self.digest)
+            self._fingerprint = fingerprint(self.data, digest=self.digest)
+
+    @property
+    def vector(self) -> dict[int, int]:
+        """Return the sparse ``clip2`` vector (preparing it first if needed)."""
+        self.prepare()
+        assert self._vector is not None
+        return self._vector
+
+    @property
+    def fingerprint(self) -> ImageFingerprint:
+        """Return the fingerprint compared with added pictures (preparing it if needed)."""
+        self.prepare()
+        assert self._fingerprint is not None
+        return self._fingerprint
+
+
 @dataclass(frozen=True, slots=True)
 class QuerySpec:
     """One query object: the top-level one or an element of ``queries``."""
 
     text: str | None = None
-    image: bytes | None = None
+    image: ImageQuery | None = None
     resource_id: str | None = None
     filters: Filters = field(default_factory=Filters)
     precision: float = DEFAULT_PRECISION
@@ -147,6 +201,10 @@ class SearchRequest:
     sort_field: str
     sort_order: str
     incognito: bool | None = None
+
+    def unprepared_images(self) -> list[ImageQuery]:
+        """Return the request's pictures whose vector and fingerprint are not computed yet."""
+        return [e.image for e in self.elements if e.image is not None and not e.image.prepared]
 
 
 @dataclass(slots=True)
@@ -475,11 +533,11 @@ class SearchIndex:
                     ]
                 )
         if spec.image is not None:
-            query = CLIP2.counts(image_tokens(spec.image))
+            query = spec.image.vector
             signal = _as_signal(self.clip2.similarities(query, use_numpy), use_numpy)
             if self.images:
                 # Pictures are compared in pure Python on both paths, so the scores match.
-                wanted = fingerprint(spec.image)
+                wanted = spec.image.fingerprint
                 for row, stored in self.images.items():
                     alike = similarity(wanted, stored)
                     if alike > signal[row]:
