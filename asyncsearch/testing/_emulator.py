@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hmac
 import logging
@@ -11,7 +12,7 @@ import secrets
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -48,8 +49,8 @@ REQUEST_ID_HEADER = "X-Request-Id"
 MAX_LINE_BYTES = 8190
 MAX_HEADERS = 128
 _PARSER_LIMIT_FACTOR = 8
-#: Bodies longer than this are decoded and validated in the emulator's worker thread.
-OFF_LOOP_BODY_BYTES = 64 * 1024
+#: Bodies longer than this are decoded one at a time, one per turn of the event loop.
+LARGE_BODY_BYTES = 64 * 1024
 # Methods of RFC 9110 (and PATCH): one of them on a route that does not serve it is a 405;
 # any other method is a 501, since the emulator implements none.
 _KNOWN_METHODS = frozenset(
@@ -263,9 +264,11 @@ class ServiceEmulator:
         self._port: int | None = None
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
-        # One thread for the CPU-heavy part of large or image requests: more would only fight
-        # the event loop for the GIL, and one keeps the loop's wait for it short.
+        # One thread for work that releases the GIL (inflating bodies, Pillow's decoders).
+        # Work that holds it (JSON, base64) stays on the loop: in a thread it would make the
+        # loop wait for the GIL after each of its socket calls, for up to the switch interval.
         self._worker: ThreadPoolExecutor | None = None
+        self._large_body_turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.app = self._make_app()
         if seed is not None:
             self.seed(n_resources=n_resources, n_jobs=n_jobs, seed=seed)
@@ -512,7 +515,7 @@ class ServiceEmulator:
             worker.shutdown(wait=False, cancel_futures=True)
 
     async def _off_loop(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Run CPU-heavy work in the emulator's worker thread, so the event loop stays free."""
+        """Run work that releases the GIL in the emulator's worker thread."""
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="asyncsearch.emulator.worker")
         loop = asyncio.get_running_loop()
@@ -677,35 +680,50 @@ class ServiceEmulator:
         # Inflating releases the GIL, and a small body may inflate to the cap: always off-loop.
         return await self._off_loop(decode_content, raw, codings)
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, raw: bytes) -> AsyncIterator[None]:
+        """Work on a large body one at a time, and on one per iteration of the event loop.
+
+        An image search of 600,000 characters costs a few milliseconds of the loop (JSON,
+        base64, SHA-256, the ranking). Two hundred arriving together would otherwise run back
+        to back in one iteration, and every other request would wait for all of them.
+        """
+        if len(raw) <= LARGE_BODY_BYTES:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        if self._large_body_turn is None or self._large_body_turn[0] is not loop:
+            self._large_body_turn = (loop, asyncio.Lock())
+        async with self._large_body_turn[1]:
+            yield
+            # Keep the turn over one iteration, so the next large body waits for the next one.
+            await asyncio.sleep(0)
+
     async def _json_body(self, request: web.Request) -> Any:
         raw = await self._read_body(request)
-        if len(raw) > OFF_LOOP_BODY_BYTES:
-            return await self._off_loop(decode_json, raw)
-        return decode_json(raw)
+        async with self._turn(raw):
+            return decode_json(raw)
 
-    def _parse_search_body(self, raw: bytes, *, prepare: bool) -> tuple[Any, SearchRequest]:
+    def _parse_search_body(self, raw: bytes) -> tuple[Any, SearchRequest]:
         body = decode_json(raw)
-        parsed = parse_search(body, first_page=self.first_page, strict=self.strict)
-        if prepare:
-            _prepare_images(parsed.unprepared_images())
-        return body, parsed
+        return body, parse_search(body, first_page=self.first_page, strict=self.strict)
 
     # --------------------------------------------------------- service handlers
 
     async def _search(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
         raw = await self._read_body(request)
+        async with self._turn(raw):
+            return await self._search_body(raw, base_id)
+
+    async def _search_body(self, raw: bytes, base_id: str | None) -> web.Response:
         started = time.perf_counter()
-        # Decoding a large body, and preparing a picture (its digest, its vector, Pillow's
-        # thumbnail), run in the worker thread: an image search of 600,000 characters costs
-        # milliseconds there, and nothing on the event loop but this hand-over.
-        if len(raw) > OFF_LOOP_BODY_BYTES:
-            body, parsed = await self._off_loop(self._parse_search_body, raw, prepare=True)
-        else:
-            body, parsed = self._parse_search_body(raw, prepare=False)
-            images = parsed.unprepared_images()
-            if images:
-                await self._off_loop(_prepare_images, images)
+        # An image search of 600,000 characters: its picture is hashed (microseconds per
+        # kilobyte), and only a picture Pillow recognises is decoded, in the worker thread.
+        body, parsed = self._parse_search_body(raw)
+        images = parsed.images_to_decode()
+        if images:
+            await self._off_loop(_prepare_images, images)
         index = self.store.base(base_id).index
         use_numpy = self.use_numpy if self.use_numpy is not None else _search.HAVE_NUMPY
         total, page = index.search(parsed, use_numpy=use_numpy)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._embed import CLIP2, SMALL3, HashingEmbedder, image_counts, tokenize
 from ._errors import not_found
-from ._images import ImageFingerprint, fingerprint, similarity
+from ._images import ImageFingerprint, fingerprint, recognised, similarity
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -128,20 +128,21 @@ class Filters:
 
 
 class ImageQuery:
-    """The picture of a query object: its bytes, their digest, and once ``prepare``d, what
-    search compares (its ``clip2`` vector and its fingerprint).
+    """The picture of a query object: its bytes, their digest and ``clip2`` vector, and once
+    ``prepare``d, its fingerprint.
 
     Equal (and hashed) by digest, so that the same search asked again is recognised. Building
-    one costs a SHA-256 of the bytes; ``prepare`` may decode the picture with Pillow, which the
-    emulator does off its event loop.
+    one costs a SHA-256 of the bytes (microseconds per kilobyte); ``prepare`` decodes the
+    picture with Pillow, which the emulator does in its worker thread (Pillow's decoders
+    release the GIL, so the event loop keeps running meanwhile).
     """
 
-    __slots__ = ("_fingerprint", "_vector", "data", "digest")
+    __slots__ = ("_fingerprint", "data", "digest", "vector")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.digest = hashlib.sha256(data).digest()
-        self._vector: dict[int, int] | None = None
+        self.vector = image_counts(data, self.digest)
         self._fingerprint: ImageFingerprint | None = None
 
     def __eq__(self, other: object) -> bool:
@@ -153,23 +154,23 @@ class ImageQuery:
     def __repr__(self) -> str:
         return f"ImageQuery({len(self.data)} bytes, sha256={self.digest.hex()[:12]}...)"
 
-    @property
-    def prepared(self) -> bool:
-        """Return True once the vector and the fingerprint are computed."""
-        return self._fingerprint is not None
+    def needs_decoding(self) -> bool:
+        """Return True when only Pillow's decoding of a recognised picture is left to do.
+
+        Otherwise the fingerprint is complete now: bytes Pillow does not recognise (or no
+        Pillow) are compared by their digest alone.
+        """
+        if self._fingerprint is not None:
+            return False
+        if recognised(self.data):
+            return True
+        self._fingerprint = ImageFingerprint(self.digest)
+        return False
 
     def prepare(self) -> None:
-        """Compute the vector and the fingerprint, once (in any thread: nothing else is shared)."""
+        """Compute the fingerprint, once (in any thread: nothing else is shared)."""
         if self._fingerprint is None:
-            self._vector = image_counts(self.data, self.digest)
             self._fingerprint = fingerprint(self.data, digest=self.digest)
-
-    @property
-    def vector(self) -> dict[int, int]:
-        """Return the sparse ``clip2`` vector (preparing it first if needed)."""
-        self.prepare()
-        assert self._vector is not None
-        return self._vector
 
     @property
     def fingerprint(self) -> ImageFingerprint:
@@ -202,9 +203,9 @@ class SearchRequest:
     sort_order: str
     incognito: bool | None = None
 
-    def unprepared_images(self) -> list[ImageQuery]:
-        """Return the request's pictures whose vector and fingerprint are not computed yet."""
-        return [e.image for e in self.elements if e.image is not None and not e.image.prepared]
+    def images_to_decode(self) -> list[ImageQuery]:
+        """Return the request's pictures that Pillow still has to decode (see ``prepare``)."""
+        return [e.image for e in self.elements if e.image is not None and e.image.needs_decoding()]
 
 
 @dataclass(slots=True)
