@@ -1,4 +1,4 @@
-"""The emulator under load: image searches leave its event loop free, and rank the same every run."""
+"""The emulator under load: image searches leave its event loop free and rank the same each run."""
 
 from __future__ import annotations
 
