@@ -361,7 +361,8 @@ class ServiceEmulator:
         root). ``image`` (bytes or a base64 data URL) is the resource's picture: an image search
         with the same bytes finds it with score 1.0, and with Pillow installed a re-encoded or
         resized copy finds it too. Raises ValueError for an unknown field (unless
-        ``strict=False``), a duplicate id or an image that is not a data URL.
+        ``strict=False``), a duplicate id or an image that is not a base64 data URL of an
+        ``image/`` media type.
         """
         given = {**(resource or {}), **fields}
         return self.store.add_resource(
