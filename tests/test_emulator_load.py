@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any
 
 import aiohttp
@@ -166,3 +167,36 @@ def test_image_search_results_are_the_same_in_every_run() -> None:
     assert first[2][0] == ["00000000-0000-4000-8000-000000000000", 1.0]
     if len(first) > 3:
         assert first[3][0][0] == "00000000-0000-4000-8000-000000000001"
+
+
+@pytest.mark.skipif(not _images.HAVE_PILLOW, reason="Pillow is not installed")
+async def test_pillow_decodes_pictures_in_the_worker_thread_not_on_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from PIL import Image
+
+    threads: list[str] = []
+    decode = _images._grey_thumbnail
+
+    def recording(data: bytes) -> bytes | None:
+        threads.append(threading.current_thread().name)
+        return decode(data)
+
+    monkeypatch.setattr(_images, "_grey_thumbnail", recording)
+    png = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    async with (
+        ServiceEmulator(api_key=KEY) as emu,
+        aiohttp.ClientSession(emu.base_url, headers={"X-Api-Key": KEY}) as http,
+    ):
+        async with http.post("/_emulator/resources", json={"image": url}) as response:
+            assert response.status == 201, await response.text()
+            added = (await response.json())["id"]
+        async with http.post("/v2/search", json={"image": url}) as response:
+            assert response.status == 200, await response.text()
+            hits = (await response.json())["hits"]
+    assert hits[0]["id"] == added
+    assert hits[0]["score"] == 1.0
+    assert len(threads) == 2
+    assert all(name.startswith("asyncsearch.emulator.worker") for name in threads), threads

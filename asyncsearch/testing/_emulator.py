@@ -24,8 +24,10 @@ from aiohttp import web
 
 from . import _search
 from ._bodies import content_codings, decode_content, decode_json, too_large
+from ._embed import decode_data_url
 from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
 from ._faults import ENDPOINTS, FaultDecision, Faults
+from ._images import fingerprint, recognised
 from ._linkpreview import parse_preview, synthetic_preview
 from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
 from ._search import ImageQuery, SearchRequest
@@ -925,14 +927,22 @@ class ServiceEmulator:
     async def _control_add_resource(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
         body = await self._control_body(request)
+        image = body.get("image")
         try:
-            resource = self.add_resource(
-                body.get("resource") or {},
+            if isinstance(image, str):
+                # Pillow decodes the picture in the worker thread, not on the event loop.
+                data = decode_data_url(image)
+                image = await self._off_loop(fingerprint, data) if recognised(data) else data
+            given = body.get("resource") or {}
+            if not isinstance(given, dict):
+                raise TypeError("resource must be an object")
+            resource = self.store.add_resource(
+                given,
                 base_id=base_id,
                 text=body.get("text"),
                 chunks=body.get("chunks"),
                 ancestors=body.get("ancestors"),
-                image=body.get("image"),
+                image=image,
                 strict=bool(body.get("strict", True)),
             )
         except (TypeError, ValueError) as exc:

@@ -380,9 +380,10 @@ class SearchIndex:
         wire: dict[str, Any],
         chunks: list[dict[str, Any]],
         ancestors: Iterable[str],
-        image: bytes | None = None,
+        image: bytes | ImageFingerprint | None = None,
     ) -> IndexedResource:
-        """Index a resource's wire dict, its text chunks, its ancestor ids and its picture."""
+        """Index a resource's wire dict, its text chunks, its ancestor ids and its picture
+        (bytes, or their fingerprint)."""
         rid = wire["id"]
         if rid in self.by_id:
             raise ValueError(f"a resource with id {rid!r} already exists in this base")
@@ -425,7 +426,9 @@ class SearchIndex:
             visual_tokens.extend(tokenize(extra))
         self.clip2.append(visual_tokens)
         if image is not None:
-            self.images[doc.row] = fingerprint(image)
+            self.images[doc.row] = (
+                image if isinstance(image, ImageFingerprint) else fingerprint(image)
+            )
         self.docs.append(doc)
         self.by_id[rid] = doc
         return doc
