@@ -52,7 +52,9 @@ async def test_link_previews_are_answered_at_once_while_200_image_searches_run()
     large body per loop iteration, so they cannot all finish during one preview).
     """
     bodies = [
-        json.dumps({"image": big_image_url(i), "precision": 0, "pagination": {"pageSize": 3}})
+        json.dumps(
+            {"image": big_image_url(i), "precision": 0, "pagination": {"pageSize": 3}}
+        ).encode()
         for i in range(N_SEARCHES)
     ]
     async with (
@@ -65,7 +67,7 @@ async def test_link_previews_are_answered_at_once_while_200_image_searches_run()
         ) as http,
     ):
 
-        async def image_search(body: str) -> bytes:
+        async def image_search(body: bytes) -> bytes:
             async with http.post("/v2/search", data=body) as response:
                 assert response.status == 200, await response.text()
                 return await response.read()  # decoded after the timing, not on the way
