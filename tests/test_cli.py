@@ -76,7 +76,7 @@ async def test_without_rich_the_command_says_how_to_install_it() -> None:
     assert result.code == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1
-    assert "pip install 'asyncsearch[cli]'" in result.stderr
+    assert "pip install -e '.[cli]' in a checkout of asyncsearch" in result.stderr
     assert "Traceback" not in result.stderr
 
 
