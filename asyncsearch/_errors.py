@@ -182,7 +182,7 @@ class PoolTimeoutError(APITimeoutError):
 
 
 # Kept in step with APIStatusError.__init__, which spells them out for its own callers.
-class _AnswerFields(TypedDict):
+class StatusErrorFields(TypedDict):
     """The keyword arguments of ``APIStatusError``, for a subclass that adds its own."""
 
     status_code: int
@@ -251,7 +251,7 @@ class RateLimitError(APIStatusError):
     """
 
     def __init__(
-        self, message: str, *, retry_after: float | None = None, **fields: Unpack[_AnswerFields]
+        self, message: str, *, retry_after: float | None = None, **fields: Unpack[StatusErrorFields]
     ) -> None:
         super().__init__(message, **fields)
         self.retry_after = retry_after

@@ -257,3 +257,19 @@ def test_install_hints_work_from_a_checkout() -> None:
         if re.search(r"pip install '?asyncsearch\[", line)
     ]
     assert offenders == []
+
+
+def test_help_shows_no_private_names_and_documents_the_result_union() -> None:
+    # Issue 27: help(ExtractionResult) printed "Represent a PEP 604 union type", and help() of
+    # the client showed `Unpack[_OptionChanges]` and APIResponse a `secret=''` parameter.
+    import pydoc
+
+    union = pydoc.render_doc(asyncsearch.ExtractionResult, renderer=pydoc.plaintext)
+    assert "The outcome of fetching one extraction job in a bulk call" in union
+    assert "PEP 604" not in union
+    for name in asyncsearch.__all__:
+        value = getattr(asyncsearch, name)
+        if not callable(value):
+            continue  # __version__, IN_PROGRESS_JOB_STATES
+        text = pydoc.render_doc(value, renderer=pydoc.plaintext)
+        assert not re.search(r"\[_[A-Za-z]|secret=", text), name
