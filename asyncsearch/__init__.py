@@ -17,6 +17,7 @@ from ._client import (
     ExtractionResult,
     ExtractionResults,
     ExtractionSuccess,
+    OptionChanges,
     RawResponseClient,
     SearchPager,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "LinkPreview",
     "LinkType",
     "NotFoundError",
+    "OptionChanges",
     "PermissionDeniedError",
     "PoolTimeoutError",
     "RateLimitError",

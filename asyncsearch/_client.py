@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -96,6 +97,7 @@ __all__ = [
     "ExtractionResult",
     "ExtractionResults",
     "ExtractionSuccess",
+    "OptionChanges",
     "RawResponseClient",
     "SearchCallParams",
     "SearchPager",
@@ -129,7 +131,8 @@ SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
 _SEARCH_RETRY_POLICIES = ("safe", "always")
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
-#: ``ASYNCSEARCH_LOG=debug`` or ``info``: a quick look at what the client does, on stderr.
+#: ``ASYNCSEARCH_LOG=debug`` (or ``info``, ``warning``, ``error``, ``critical``: the standard
+#: level names, in any case): a quick look at what the client does, on stderr.
 ENV_LOG = "ASYNCSEARCH_LOG"
 
 
@@ -139,15 +142,18 @@ def _setup_logging() -> None:
     Nothing is changed when the variable is not set, or when the logger already has a handler
     (the application configured it).
     """
-    value = os.environ.get(ENV_LOG, "").strip().lower()
+    value = os.environ.get(ENV_LOG, "").strip()
     if not value:
         return
-    level = {"debug": logging.DEBUG, "info": logging.INFO}.get(value)
-    if level is None:
+    names = logging.getLevelNamesMapping()
+    level = names.get(value.upper())
+    if level is None or level == logging.NOTSET:
+        choices = ", ".join(sorted(name.lower() for name in names if name != "NOTSET"))
         logging.getLogger("asyncsearch").warning(
-            "%s=%r is not 'debug' or 'info'; asyncsearch's logging is left as it is",
+            "%s=%r is not a level name (%s); asyncsearch's logging is left as it is",
             ENV_LOG,
             value,
+            choices,
         )
         return
     if not logger.handlers:
@@ -170,15 +176,19 @@ class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
 
 
-class _OptionChanges(TypedDict, total=False):
-    """The options ``with_options`` changes: those of ``AsyncSearchClient`` but the pool's."""
+class OptionChanges(TypedDict, total=False):
+    """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
+
+    (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
+    which the clients made by ``with_options`` share.)
+    """
 
     api_key: str
     base_url: str
     base_id: str | None
     timeout: Timeout | float | None
     max_retries: int
-    headers: Mapping[str, str] | None
+    headers: Mapping[str, str | None] | None
     ssl: ssl_module.SSLContext | None
     max_response_bytes: int
     allow_http: bool
@@ -190,7 +200,7 @@ class _OptionChanges(TypedDict, total=False):
     trace_content: bool | None
 
 
-_OPTION_NAMES = _OptionChanges.__optional_keys__
+_OPTION_NAMES = OptionChanges.__optional_keys__
 _REQUEST_OPTIONS = RequestOptions.__optional_keys__
 _SEARCH_OPTIONS = SearchOptions.__optional_keys__
 
@@ -322,15 +332,12 @@ class APIResponse(Generic[T]):
     """
 
     __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
-
-    def __init__(
-        self, request: Request[T], response: Response, attempts: int, secret: str = ""
-    ) -> None:
-        self._request = request
-        self._response = response
-        self._parsed: tuple[T] | None = None
-        self._secret = secret
-        self.attempts = attempts
+    # Made by the client only (_api_response): no constructor of its own in help().
+    _request: Request[T]
+    _response: Response
+    _parsed: tuple[T] | None
+    _secret: str
+    attempts: int
 
     @property
     def status_code(self) -> int:
@@ -382,6 +389,18 @@ class APIResponse(Generic[T]):
         )
 
 
+def _api_response(
+    request: Request[T], response: Response, attempts: int, secret: str
+) -> APIResponse[T]:
+    answer: APIResponse[T] = APIResponse.__new__(APIResponse)
+    answer._request = request
+    answer._response = response
+    answer._parsed = None
+    answer._secret = secret
+    answer.attempts = attempts
+    return answer
+
+
 def _check_text_option(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{name} must be a non-empty string")
@@ -396,6 +415,20 @@ def _check_headers(headers: Mapping[str, str] | None) -> Mapping[str, str]:
     return protocol.check_extra_headers(headers, name="headers", error=ConfigurationError)
 
 
+def _merge_headers(
+    headers: Mapping[str, str], changes: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """``headers`` with ``changes`` over them, names compared in any case; None removes one."""
+    if not isinstance(changes, Mapping):
+        raise ConfigurationError("headers must be a mapping of header names to values, or None")
+    replaced = {name.lower() for name in changes if isinstance(name, str)}
+    merged: dict[str, str | None] = {
+        name: value for name, value in headers.items() if name.lower() not in replaced
+    }
+    merged.update((name, value) for name, value in changes.items() if value is not None)
+    return merged
+
+
 def _check_number(name: str, value: object, *, minimum: float, integer: bool = False) -> Any:
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
     if (
@@ -407,7 +440,7 @@ def _check_number(name: str, value: object, *, minimum: float, integer: bool = F
 
 
 def _make_options(values: Mapping[str, Any]) -> _Options:
-    """Check the client's options (``_OptionChanges``) and make the ``_Options`` of a client."""
+    """Check the client's options (``OptionChanges``) and make the ``_Options`` of a client."""
     api_key, allow_http, tracing = values["api_key"], values["allow_http"], values["tracing"]
     ssl, base_id, first_page = values["ssl"], values["base_id"], values["first_page"]
     retry_search, trace_content = values["retry_search"], values["trace_content"]
@@ -565,7 +598,7 @@ class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
 
     @property
     def ok(self) -> Literal[True]:
-        """Always True; after ``if result.ok:`` a type checker knows ``result.job`` is set."""
+        """Always True; ``result.ok is True`` narrows an ``ExtractionResult`` to this class."""
         return True
 
 
@@ -591,14 +624,39 @@ class ExtractionFailure(msgspec.Struct, Generic[JobId], frozen=True):
         return False
 
 
-#: The outcome of fetching one extraction job in a bulk call: a tagged union on ``ok``, so
-#: ``if result.ok:`` narrows it to ``ExtractionSuccess`` (``.job`` is an ``ExtractionJob``) and
-#: the ``else`` branch to ``ExtractionFailure`` (``.error`` is set). ``isinstance(x,
-#: ExtractionResult)`` works too. ``ExtractionResult[str]`` is the result of a ``str`` id.
 if TYPE_CHECKING:
     ExtractionResult: TypeAlias = ExtractionSuccess[JobId] | ExtractionFailure[JobId]
 else:
-    ExtractionResult = ExtractionSuccess | ExtractionFailure
+
+    class _UnionOfResults(type):
+        def __instancecheck__(cls, instance: object) -> bool:
+            return isinstance(instance, ExtractionSuccess | ExtractionFailure)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, ExtractionSuccess | ExtractionFailure)
+
+        def __repr__(cls) -> str:
+            return "asyncsearch.ExtractionResult"
+
+    # At run time a class, not a bare union, so that help() shows this docstring,
+    # isinstance() works, and ExtractionResult[str] can be evaluated (a union cannot).
+    class ExtractionResult(metaclass=_UnionOfResults):
+        """The outcome of fetching one extraction job in a bulk call.
+
+        ``ExtractionSuccess[JobId] | ExtractionFailure[JobId]``, a union tagged by ``ok``:
+
+        - ``isinstance(result, ExtractionSuccess)``, ``result.ok is True`` or ``match`` with
+          ``case ExtractionSuccess(job=job)`` narrow it in mypy and pyright alike;
+          ``if result.ok:`` narrows it in mypy only (pyright narrows no truthiness of an
+          attribute);
+        - a success has ``.job`` (an ``ExtractionJob``) and ``.error`` None, a failure
+          ``.error`` (the ``AsyncSearchError``) and ``.job`` None;
+        - ``job_id`` is the id exactly as given; ``ExtractionResult[str]`` is the result of a
+          ``str`` id, and ``isinstance(x, ExtractionResult)`` works.
+        """
+
+        def __class_getitem__(cls, job_id: object) -> object:
+            return ExtractionSuccess[job_id] | ExtractionFailure[job_id]
 
 
 class ExtractionResults(AsyncClosing, Generic[JobId]):
@@ -752,7 +810,7 @@ class AsyncSearchClient:
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
-        given = locals()  # the options of _OptionChanges, by their names
+        given = locals()  # the options of OptionChanges, by their names
         self._options = _make_options({name: given[name] for name in _OPTION_NAMES})
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
@@ -795,12 +853,14 @@ class AsyncSearchClient:
         if self.is_closed:
             raise ClientClosedError("the client is closed")
 
-    def with_options(self, **changes: Unpack[_OptionChanges]) -> AsyncSearchClient:
+    def with_options(self, **changes: Unpack[OptionChanges]) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
         Takes the options of ``AsyncSearchClient`` except ``max_connections``, ``session``,
         ``trust_env`` and ``retry_budget`` (those of the pool). ``base_id=None`` clears the base
         and ``timeout=None`` turns time limits off; an option not given keeps its value.
+        ``headers`` are merged into the client's (a name in any case replaces the header of that
+        name, a value of ``None`` removes it); ``headers=None`` removes them all.
         Closing the returned client does not close the shared pool.
         """
         self._check_open()
@@ -809,8 +869,11 @@ class AsyncSearchClient:
                 raise TypeError(f"with_options() got an unexpected keyword argument {name!r}")
         old = self._options
         current: dict[str, Any] = {name: getattr(old, name) for name in _OPTION_NAMES}
+        new: dict[str, Any] = dict(changes)
+        if new.get("headers") is not None:
+            new["headers"] = _merge_headers(old.headers, new["headers"])
         child = object.__new__(AsyncSearchClient)
-        child._options = _make_options({**current, **changes})
+        child._options = _make_options({**current, **new})
         child._shared = self._shared
         child._owns_transport = False
         child._closed = False
@@ -883,10 +946,10 @@ class AsyncSearchClient:
                     attempts,
                     time.monotonic() - started,
                 )
+                if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
+                    raise
                 timed_out = isinstance(exc, APITimeoutError)
-                if not protocol.is_retryable_connection_error(
-                    exc, idempotent=idempotent
-                ) or not self._may_retry(attempts, max_retries, after_timeout=timed_out):
+                if not self._may_retry(exc, attempts, max_retries, after_timeout=timed_out):
                     raise
                 delay = self._backoff(attempts)
                 self._log_retry(request, path, attempts, max_retries, delay, type(exc).__name__)
@@ -912,7 +975,7 @@ class AsyncSearchClient:
                     shared.retry_budget.on_success()
                 if pressure is not None:
                     pressure.on_success()
-                return APIResponse(request, response, attempts, secret)
+                return _api_response(request, response, attempts, secret)
 
             path = request.path
             # The error keeps the headers: without the key, should the server have echoed it.
@@ -945,19 +1008,26 @@ class AsyncSearchClient:
                     opts.max_retry_after,
                 )
                 raise error
-            if not self._may_retry(attempts, max_retries, after_timeout=False):
+            if not self._may_retry(error, attempts, max_retries, after_timeout=False):
                 raise error
             delay = retry_after if retry_after is not None else self._backoff(attempts)
             self._log_retry(request, path, attempts, max_retries, delay, f"status {status}")
             span.retry(attempts, delay, f"status {status}")
             await _sleep(delay)
 
-    def _may_retry(self, attempts: int, max_retries: int, *, after_timeout: bool) -> bool:
+    def _may_retry(
+        self, error: AsyncSearchError, attempts: int, max_retries: int, *, after_timeout: bool
+    ) -> bool:
+        """Whether another attempt may follow ``error``; says on the error why not, if not."""
         if attempts > max_retries:
             return False
         budget = self._shared.retry_budget
         if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
             logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
+            error.retries_stopped = (
+                f"the client's retry budget is spent ({attempts - 1} of max_retries="
+                f"{max_retries} retries made; see RetryBudget)"
+            )
             return False
         return True
 
@@ -1046,6 +1116,10 @@ class AsyncSearchClient:
             response = await self._send(request, call=call, span=span)
             span.answered(response)
             if not parse:
+                if span is not NO_SPAN:
+                    # Decoded once: the caller's parse() gets this page; a bad body is theirs.
+                    with contextlib.suppress(ResponseValidationError):
+                        span.set("asyncsearch.search.hits", len(response.parse().hits))
                 return response
             page = response.parse()
             span.set("asyncsearch.search.hits", len(page.hits))
@@ -1199,7 +1273,14 @@ class AsyncSearchClient:
         first = self._options.first_page if start_page is None else start_page
         # Validates every argument now, so a bad one fails at the call, not at the first page.
         call = _call_options(self._options, options, function, search=True)
-        protocol.search(text, **params, page=first)
+        if call is not None and call.body is not None and "pagination" in call.body:
+            raise InvalidRequestError(
+                f"extra_body cannot set pagination on {function}(): the pager numbers the pages "
+                "itself (pass page_size= and start_page=)"
+            )
+        request = protocol.search(text, **params, page=first)
+        if call is not None:
+            call.apply(request)  # the merged body passes the checks of the arguments
         tracer = self._options.tracer
         walk = LazySpan(
             tracer,
@@ -1252,12 +1333,22 @@ class AsyncSearchClient:
             with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
                 response = await self._send(request, call=call, span=span)
                 span.answered(response)
+                span.hold()  # ended with its hit count, once the page is decoded
             repeated = response.content == held[0]
             held[0] = response.content
-            return _ReceivedPage(response, number, repeated=repeated)
+            received = _ReceivedPage(response, number, repeated=repeated, span=span)
+            if span is not NO_SPAN:
+                walk.finish_later(received)  # a page the walk never decodes
+            return received
 
         def decode_received(received: _ReceivedPage) -> SearchPage:
-            page = received.response.parse()
+            walk.finished(received)
+            try:
+                page = received.response.parse()
+            except BaseException as exc:
+                received.span.end(exc)
+                raise
+            received.finish(page)
             page_taken(received.number, page)
             return page
 
@@ -1363,7 +1454,11 @@ class AsyncSearchClient:
                 refused.append(exc)
                 counts["asyncsearch.bulk.failed"] += 1
                 return ExtractionFailure(job_id=job_id, error=exc)
+            except ClientClosedError:
+                raise  # ends the whole call (stop_on below): no error per id left
             except AsyncSearchError as exc:
+                if self.is_closed:  # closed while this request was in flight
+                    raise ClientClosedError("the client was closed during the bulk call") from exc
                 counts["asyncsearch.bulk.failed"] += 1
                 return ExtractionFailure(job_id=job_id, error=exc)
             return ExtractionSuccess(job_id=job_id, job=job)
@@ -1375,6 +1470,7 @@ class AsyncSearchClient:
             ordered=ordered,
             on_progress=on_progress,
             controller=pressure,
+            stop_on=ClientClosedError,
         )
 
     async def gather_extractions(
@@ -1421,6 +1517,7 @@ class AsyncSearchClient:
         job_id: str | uuid.UUID,
         *,
         until: Callable[[ExtractionJob], bool] | Collection[str] | None = None,
+        in_progress: Collection[str] | None = None,
         interval: float = 1.0,
         max_wait: float = 300.0,
         **options: Unpack[RequestOptions],
@@ -1428,10 +1525,13 @@ class AsyncSearchClient:
         """Poll a job until it is no longer in progress, and return it.
 
         By default it returns at the first poll that finds the job's state outside
-        ``IN_PROGRESS_JOB_STATES`` (``pending``, ``processing``), whatever the state is: the
-        spec names no final state, so none is assumed (a state not seen before is logged once
-        at INFO). ``until`` takes the states to wait for instead (``until={"processing"}``) or
-        a predicate of the job (``until=lambda job: job.extraction is not None``). The interval
+        ``IN_PROGRESS_JOB_STATES`` (``pending``, the one state the spec names), whatever the
+        state is: the spec names no final state, so none is assumed (a state not seen before is
+        logged once at INFO). ``in_progress`` names the states to wait through instead, for a
+        service known to use more (``in_progress={"pending", "processing"}`` for the bundled
+        emulator). ``until`` takes the states to wait for instead (``until={"processing"}``) or
+        a predicate of the job (``until=lambda job: job.extraction is not None``); it cannot be
+        given with ``in_progress``. The interval
         grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying the last job
         seen in ``.job``) when ``max_wait`` seconds pass, including time spent in requests;
         errors that are not retried, such as ``NotFoundError``, propagate at once. The call's
@@ -1445,7 +1545,18 @@ class AsyncSearchClient:
         call = _call_options(self._options, options, "wait_for_extraction")
         if call is not None:
             request = call.apply(request)
-        done = _not_in_progress if until is None else _until(until)
+        if in_progress is not None and until is not None:
+            raise InvalidRequestError("pass until= or in_progress=, not both")
+        if until is not None:
+            done = _until(until)
+        elif in_progress is None:
+            done = _not_in_progress
+        else:
+            waiting = _states("in_progress", in_progress)
+
+            def done(job: ExtractionJob) -> bool:
+                return job.state not in waiting
+
         span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
         attempts = 0
@@ -1518,13 +1629,29 @@ class _ReceivedPage:
     (``search_page_continues``) is the pager's ``peek``, read without the view.
     """
 
-    __slots__ = ("_head", "continues", "number", "response")
+    __slots__ = ("_head", "continues", "number", "response", "span")
 
-    def __init__(self, response: APIResponse[SearchPage], number: int, *, repeated: bool) -> None:
+    def __init__(
+        self,
+        response: APIResponse[SearchPage],
+        number: int,
+        *,
+        repeated: bool,
+        span: CallSpan = NO_SPAN,
+    ) -> None:
         self.response = response
         self.number = number
         self.continues = None if repeated else protocol.search_page_continues(response.content)
         self._head: SearchPageHead | None = None
+        #: The page's request span, left open for its hit count (see ``finish``).
+        self.span = span
+
+    def finish(self, page: SearchPage | None = None) -> None:
+        """End the page's span, with its hit count when known (decoded, or its view read)."""
+        hits = page.hits if page is not None else None if self._head is None else self._head.hits
+        if hits is not None:
+            self.span.set("asyncsearch.search.hits", len(hits))
+        self.span.end()
 
     def _view(self) -> SearchPageHead:
         head = self._head
@@ -1534,7 +1661,11 @@ class _ReceivedPage:
             except ResponseValidationError:
                 # Raise the error of the full decode, which names SearchPage and the attempts
                 # and keeps the key out of the body; should the full decode pass, read the page.
-                page = self.response.parse()
+                try:
+                    page = self.response.parse()
+                except ResponseValidationError as exc:
+                    self.span.end(exc)
+                    raise
                 head = SearchPageHead(
                     total=page.total,
                     has_more=page.has_more,
@@ -1564,6 +1695,18 @@ def _replace_hits(page: Any, hits: list[Any]) -> Any:
     return msgspec.structs.replace(page, hits=hits)
 
 
+def _states(name: str, states: object) -> frozenset[str]:
+    """A non-empty collection of job states, checked."""
+    if isinstance(states, str) or not isinstance(states, Collection) or not states:
+        raise InvalidRequestError(
+            f"{name} must be a non-empty collection of job states, got {states!r}"
+        )
+    for state in states:
+        if not isinstance(state, str):
+            raise InvalidRequestError(f"{name} holds {state!r}, which is not a job state")
+    return frozenset(states)
+
+
 def _until(
     until: Callable[[ExtractionJob], bool] | Collection[str],
 ) -> Callable[[ExtractionJob], bool]:
@@ -1573,10 +1716,7 @@ def _until(
         raise InvalidRequestError(
             f"until must be a non-empty collection of job states or a callable, got {until!r}"
         )
-    states = frozenset(until)
-    for state in states:
-        if not isinstance(state, str):
-            raise InvalidRequestError(f"until holds {state!r}, which is not a job state")
+    states = _states("until", until)
 
     def reached(job: ExtractionJob) -> bool:
         return job.state in states

@@ -191,6 +191,7 @@ def fan_out(
     ordered: bool = False,
     on_progress: Callable[[int, int | None], object] | None = None,
     controller: AdaptiveConcurrency | None = None,
+    stop_on: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> FanOut[T, R]:
     """Call ``await func(item)`` for every item, at most ``concurrency`` at a time.
 
@@ -217,6 +218,9 @@ def fan_out(
         it is a bug in the caller: it stops the fan-out and is raised from the iteration.
     :param controller: an ``AdaptiveConcurrency`` that also bounds the calls in flight (it may be
         shared with other fan-outs) and holds new calls back while it is paused.
+    :param stop_on: exception types that end the whole fan-out instead of becoming an item's
+        outcome (say, the client the calls use was closed): the first one raised by ``func``
+        stops reading items, cancels the calls in flight and is raised from the iteration.
     :raises InvalidRequestError: at once, before anything starts, for bad arguments.
     """
     if not callable(func):
@@ -238,6 +242,9 @@ def fan_out(
         raise InvalidRequestError("on_progress must be callable or None")
     if controller is not None and not isinstance(controller, AdaptiveConcurrency):
         raise InvalidRequestError("controller must be an AdaptiveConcurrency or None")
+    stops = stop_on if isinstance(stop_on, tuple) else (stop_on,)
+    if not all(isinstance(kind, type) and issubclass(kind, Exception) for kind in stops):
+        raise InvalidRequestError("stop_on must be an exception type or a tuple of them")
     total = len(items) if isinstance(items, Sized) else None
     run = _FanOutRun(
         func,
@@ -247,6 +254,7 @@ def fan_out(
         on_progress=on_progress,
         total=total,
         controller=controller,
+        stop_on=stops,
     )
     return FanOut(run)
 
@@ -268,8 +276,10 @@ class _FanOutRun(Generic[T, R]):
         on_progress: Callable[[int, int | None], object] | None,
         total: int | None,
         controller: AdaptiveConcurrency | None,
+        stop_on: tuple[type[Exception], ...] = (),
     ) -> None:
         self.func = func
+        self.stop_on = stop_on
         self.concurrency = concurrency
         self.on_progress = on_progress
         self.total = total
@@ -329,6 +339,7 @@ class _FanOutRun(Generic[T, R]):
         self.active += 1
         func = self.func
         controller = self.controller
+        stop_on = self.stop_on
         try:
             while not (self.closing or self.fatal is not None or self.source_ended):
                 await self.tickets.acquire()
@@ -342,6 +353,9 @@ class _FanOutRun(Generic[T, R]):
                 try:
                     outcome = Outcome(item, await func(item), None)
                 except Exception as exc:
+                    if stop_on and isinstance(exc, stop_on):
+                        self.fail(exc)
+                        return
                     outcome = Outcome(item, None, exc)
                 finally:
                     if controller is not None:

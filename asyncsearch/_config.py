@@ -86,10 +86,17 @@ class Timeout:
             return NO_TIMEOUT
         if isinstance(value, Timeout):
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            # Checked here, so that the message names what was passed, not the limit of
+            # Timeout that the number would have become.
             raise ConfigurationError(
-                "timeout must be a number of seconds, an asyncsearch.Timeout or None, "
-                f"got {value!r}"
+                "timeout must be a positive finite number of seconds, an asyncsearch.Timeout "
+                f"or None, got {value!r}"
             )
         # A single number bounds the attempt; no other limit may exceed it.
         return cls(

@@ -3,7 +3,8 @@
 ::
 
     AsyncSearchError                    base; ``.attempts`` once requests were made,
-                                        ``.request_id`` once an answer came
+                                        ``.request_id`` once an answer came,
+                                        ``.retries_stopped`` when retries ended early
     ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
     │   └── APITimeoutError             connect, read or total timeout of an attempt
     │       └── PoolTimeoutError        no free pooled connection within ``Timeout.pool``
@@ -75,6 +76,9 @@ class AsyncSearchError(Exception):
 
     attempts: int | None
     request_id: str | None = None
+    #: Why no more attempts were made although ``max_retries`` allowed more (the client's
+    #: retry budget was spent), or ``None``.
+    retries_stopped: str | None = None
 
     def __init__(self, message: str, *, attempts: int | None = None) -> None:
         super().__init__(message)
@@ -83,8 +87,13 @@ class AsyncSearchError(Exception):
 
     def __str__(self) -> str:
         text = self.message
+        notes = []
         if self.attempts is not None and self.attempts > 1:
-            text = f"{text} (after {self.attempts} attempts)"
+            notes.append(f"after {self.attempts} attempts")
+        if self.retries_stopped is not None:
+            notes.append(f"not retried: {self.retries_stopped}")
+        if notes:
+            text = f"{text} ({'; '.join(notes)})"
         if self.request_id is not None:
             text = f"{text} [request id {self.request_id}]"
         return text
@@ -100,6 +109,15 @@ class AsyncSearchError(Exception):
         if headers is not None and not isinstance(headers, dict):
             state["headers"] = dict(headers.items())  # aiohttp's read-only view does not pickle
         return (_rebuild, (type(self), self.args, state))
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of asyncsearch's extras.
+
+    asyncsearch is not on PyPI: it installs from a checkout, so ``pip install
+    'asyncsearch[extra]'`` would fail (or install someone else's package).
+    """
+    return f"pip install -e '.[{extra}]' in a checkout of asyncsearch"
 
 
 def _rebuild(cls: type[AsyncSearchError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
@@ -164,7 +182,7 @@ class PoolTimeoutError(APITimeoutError):
 
 
 # Kept in step with APIStatusError.__init__, which spells them out for its own callers.
-class _AnswerFields(TypedDict):
+class StatusErrorFields(TypedDict):
     """The keyword arguments of ``APIStatusError``, for a subclass that adds its own."""
 
     status_code: int
@@ -233,7 +251,7 @@ class RateLimitError(APIStatusError):
     """
 
     def __init__(
-        self, message: str, *, retry_after: float | None = None, **fields: Unpack[_AnswerFields]
+        self, message: str, *, retry_after: float | None = None, **fields: Unpack[StatusErrorFields]
     ) -> None:
         super().__init__(message, **fields)
         self.retry_after = retry_after

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
-from ._errors import ResponseValidationError
+from ._errors import ResponseValidationError, install_hint
 
 __all__ = [
     "IN_PROGRESS_JOB_STATES",
@@ -109,11 +109,12 @@ else:
 ExtractionFormat = Literal["json", "markdown"]
 #: ``type`` of ``GET /v2/link`` (spec 4.3: the enum cache, link).
 LinkType = Literal["cache", "link"]
-#: The job states known to mean "not finished yet": ``pending`` (the one state the spec names)
-#: and ``processing`` (the bundled emulator's). The spec shows no other state, so no other value
-#: is assumed to mean anything: ``wait_for_extraction`` stops waiting once a job's state is not
-#: one of these, whatever it is, and ``ExtractionJob.state`` stays ``str``.
-IN_PROGRESS_JOB_STATES: frozenset[str] = frozenset({"pending", "processing"})
+#: The job states known to mean "not finished yet": ``pending``, the one state the spec names.
+#: The spec shows no other state, so no other value is assumed to mean anything:
+#: ``wait_for_extraction`` stops waiting once a job's state is not one of these, whatever it is
+#: (its ``in_progress=`` adds the states a service is known to use, such as the bundled
+#: emulator's ``processing``), and ``ExtractionJob.state`` stays ``str``.
+IN_PROGRESS_JOB_STATES: frozenset[str] = frozenset({"pending"})
 
 #: A number the spec leaves untyped (``size``, ``width``, ...): integers stay ``int``.
 Number = int | float
@@ -586,9 +587,9 @@ class SearchPage(_WireWithLists):
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
         Vectors not read yet are parsed from the answer's text into the array (the hits keep
         them unread); read ones are copied. Needs numpy (not a dependency of asyncsearch:
-        ``pip install 'asyncsearch[numpy]'``); raises ``ImportError`` saying so without it and
-        ``ResponseValidationError`` when hits disagree on the number of dimensions or a vector
-        does not fit.
+        ``pip install -e '.[numpy]'`` in a checkout); raises ``ImportError`` saying so without
+        it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
+        vector does not fit.
         """
         matrix, _ = embedding_matrix(self.hits, name)
         return matrix
@@ -640,7 +641,7 @@ def embedding_matrices(
     except ImportError as exc:
         raise ImportError(
             "SearchPage.embedding_matrix() needs numpy, which asyncsearch does not depend "
-            "on: pip install 'asyncsearch[numpy]' (or pip install numpy)"
+            f"on: {install_hint('numpy')} (or pip install numpy)"
         ) from exc
 
     # One decode per hit measured faster than one decode of the slices joined into one array

@@ -71,6 +71,7 @@ __all__ = [
     "check_extra_body",
     "check_extra_headers",
     "check_extraction_format",
+    "check_search_body",
     "decode_body",
     "encode_extra_query",
     "get_extraction",
@@ -839,24 +840,68 @@ def _strip_userinfo(url: str) -> str:
 
 #: Headers the client sets from its own options, which extra headers cannot replace.
 PROTECTED_HEADERS = frozenset({"x-api-key", "x-service-base-id"})
+#: Headers that frame, route or describe the message the SDK builds (RFC 9110 and RFC 9112:
+#: the hop-by-hop ones, the body's length, encoding and type, the target host). Set by hand they
+#: would contradict what is sent: two lengths (the request-smuggling shape), a body cut short, a
+#: body declared compressed that is not. aiohttp sets them from the request itself.
+MESSAGE_HEADERS = frozenset(
+    {
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# RFC 9110 5.1: a field name is a token (visible ASCII but delimiters); 5.5: a value holds no
+# CR, LF or NUL (other controls are obsolete but allowed, and aiohttp sends them as they are).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\r\n\x00]")
 
 
 def check_extra_headers(
     headers: object, *, name: str, error: type[AsyncSearchError]
 ) -> dict[str, str]:
-    """Return ``headers`` as a dict, or raise ``error`` for a bad or protected name or value."""
+    """Return ``headers`` as a dict, or raise ``error`` for a bad or protected name or value.
+
+    Refused: a name that is not an RFC 9110 token (``"X-Api-Key "`` with its space included), a
+    value with CR, LF or NUL, two names that differ only in case, the key and the base
+    (``PROTECTED_HEADERS``), and the headers of the message's framing (``MESSAGE_HEADERS``).
+    """
     if not isinstance(headers, Mapping):
         raise error(f"{name} must be a mapping of header names to values")
+    seen: dict[str, str] = {}
     for key, value in headers.items():
-        if not isinstance(key, str) or not key.strip() or any(c in key for c in "\r\n\x00:"):
-            raise error(f"{name}: {key!r} is not a header name")
-        if key.lower() in PROTECTED_HEADERS:
+        if not isinstance(key, str) or not _TOKEN.fullmatch(key):
+            raise error(
+                f"{name}: {key!r} is not a header name (RFC 9110: letters, digits and "
+                "!#$%&'*+-.^_`|~ only, no spaces)"
+            )
+        lower = key.lower()
+        if lower in PROTECTED_HEADERS:
             raise error(
                 f"{name} cannot set {key}: the key and the base come from the client's api_key "
                 "and base_id (use with_options to change them)"
             )
-        if not isinstance(value, str) or any(c in value for c in "\r\n\x00"):
-            raise error(f"{name}: header {key!r} must be a string without line breaks")
+        if lower in MESSAGE_HEADERS:
+            raise error(
+                f"{name} cannot set {key}: it frames or routes the message, which the client "
+                "builds itself from the request"
+            )
+        if lower in seen:
+            raise error(f"{name} names one header twice: {seen[lower]!r} and {key!r}")
+        seen[lower] = key
+        if not isinstance(value, str) or _BAD_VALUE.search(value):
+            raise error(
+                f"{name}: header {key!r} must be a string without line breaks (CR, LF) or NUL"
+            )
     return dict(headers)
 
 
@@ -911,13 +956,55 @@ def with_extras(
         names = {name for name, _ in query}
         kept = [pair for pair in current.split("&") if pair and pair.partition("=")[0] not in names]
         target = path + "?" + "&".join(kept + [f"{name}={value}" for name, value in query])
+    idempotent = request.idempotent
     if body:
         if request.body is None:
             raise InvalidRequestError(f"extra_body: {request.method} {request.path} has no body")
         merged = msgspec.json.decode(request.body)
         merged.update(body)
+        if request.endpoint == "search":
+            # Decided from the body as sent: the same checks as the arguments, and the retry
+            # rule read from the merged ``incognito``, not from the argument it replaced.
+            idempotent = check_search_body(merged)
         new_body = msgspec.json.encode(merged)
-    return msgspec.structs.replace(request, target=target, body=new_body)
+    return msgspec.structs.replace(request, target=target, body=new_body, idempotent=idempotent)
+
+
+#: The fields of a search body that ``search`` has arguments for: wire name -> argument name.
+_SEARCH_ARGUMENTS = {
+    "text": "text",
+    "image": "image",
+    "resourceId": "resource_id",
+    "filters": "filters",
+    "precision": "precision",
+    "queries": "queries",
+    "incognito": "incognito",
+    "sort": "sort",
+}
+
+
+def check_search_body(body: Mapping[str, Any]) -> bool:
+    """Check a search body (wire names) as ``search`` checks its arguments; True if incognito.
+
+    For a body that ``extra_body`` changed: what it sets of the known fields must pass the
+    checks an argument would (text length, precision, ``pagination.pageSize`` >= 1, ...).
+    Raises ``InvalidRequestError`` naming ``extra_body``.
+    """
+    params: dict[str, Any] = {
+        name: body[wire] for wire, name in _SEARCH_ARGUMENTS.items() if body.get(wire) is not None
+    }
+    pagination = body.get("pagination")
+    try:
+        if pagination is not None:
+            if not isinstance(pagination, Mapping):
+                raise InvalidRequestError(f"pagination must be an object, got {pagination!r}")
+            for wire, name in (("page", "page"), ("pageSize", "page_size")):
+                if pagination.get(wire) is not None:
+                    params[name] = pagination[wire]
+        search(**params)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(f"extra_body makes the search invalid: {exc.message}") from None
+    return body.get("incognito") is True
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
@@ -942,8 +1029,13 @@ def build_headers(
         "User-Agent": user_agent,
     }
     for key, value in (extra or {}).items():
-        if key.lower() not in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
-            headers[key] = value
+        lower = key.lower()
+        if lower in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
+            continue
+        # One name once: an extra header replaces the default of the same name in any case.
+        for default in [name for name in headers if name.lower() == lower]:
+            del headers[default]
+        headers[key] = value
     if has_body:
         headers["Content-Type"] = "application/json"
     headers["X-Api-Key"] = api_key

@@ -18,6 +18,7 @@ query only when ``trace_content`` is on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -104,19 +105,32 @@ class CallSpan:
         """Add one event."""
 
     def end(self, error: BaseException | None = None) -> None:
-        """End the span (once; later calls do nothing), recording ``error`` if given."""
+        """End the span (once; later calls do nothing), recording ``error`` if given.
+
+        Once ended, a span is never touched again: ``answered``, ``retry``, ``set`` and
+        ``event`` do nothing.
+        """
+
+    def hold(self) -> None:
+        """Leave the span open when its ``with`` block exits without an error, for ``end()``.
+
+        It then ends with the time of that exit, so it still times the request, and what is
+        learnt later (a page's hit count, known once the page is decoded) can be set first.
+        """
 
 
 NO_SPAN = CallSpan()
 
 
 class _Recording(CallSpan):
-    __slots__ = ("_ended", "_span", "_token")
+    __slots__ = ("_end_time", "_ended", "_held", "_span", "_token")
 
     def __init__(self, span: Span) -> None:
         self._span = span
         self._token: object = None
         self._ended = False
+        self._held = False
+        self._end_time: int | None = None
 
     def __enter__(self) -> CallSpan:
         # Current while the request runs: spans of an instrumented aiohttp nest under it.
@@ -132,6 +146,9 @@ class _Recording(CallSpan):
         if self._token is not None:
             _context.detach(self._token)
             self._token = None
+        if self._held and exc is None:
+            self._end_time = time.time_ns()
+            return
         self.end(exc)
 
     @property
@@ -139,6 +156,8 @@ class _Recording(CallSpan):
         return _trace.set_span_in_context(self._span)  # type: ignore[no-any-return]
 
     def answered(self, answer: Answer) -> None:
+        if self._ended:
+            return
         self._span.set_attribute("http.response.status_code", answer.status_code)
         self._span.set_attribute("asyncsearch.attempts", answer.attempts)
         request_id = answer.request_id
@@ -146,6 +165,8 @@ class _Recording(CallSpan):
             self._span.set_attribute("asyncsearch.request_id", request_id)
 
     def retry(self, attempt: int, delay: float, reason: str) -> None:
+        if self._ended:
+            return
         self._span.add_event(
             "asyncsearch.retry",
             {
@@ -156,10 +177,15 @@ class _Recording(CallSpan):
         )
 
     def set(self, name: str, value: Any) -> None:
-        self._span.set_attribute(name, value)
+        if not self._ended:
+            self._span.set_attribute(name, value)
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
-        self._span.add_event(name, attributes)
+        if not self._ended:
+            self._span.add_event(name, attributes)
+
+    def hold(self) -> None:
+        self._held = True
 
     def end(self, error: BaseException | None = None) -> None:
         if self._ended:
@@ -183,7 +209,7 @@ class _Recording(CallSpan):
             else:
                 # Cancelled (or the process is exiting): the call ended, nothing failed.
                 span.set_attribute("asyncsearch.cancelled", True)
-        span.end()
+        span.end(self._end_time)
 
 
 class Tracing:
@@ -242,10 +268,20 @@ class Tracing:
         return _Recording(span)
 
 
-class LazySpan:
-    """The span of a pager, a bulk call or a wait: started with its first child, ended once."""
+class Finishing(Protocol):
+    """A part of a call whose span waits for it: ``finish()`` ends that span."""
 
-    __slots__ = ("_attributes", "_name", "_span", "_tracing", "totals")
+    def finish(self) -> None: ...
+
+
+class LazySpan:
+    """The span of a pager, a bulk call or a wait: started with its first child, ended once.
+
+    After ``end`` nothing more is done to it: ``set``, ``event`` and a later ``end`` do nothing
+    and ``child`` gives ``NO_SPAN``.
+    """
+
+    __slots__ = ("_attributes", "_ended", "_name", "_span", "_tracing", "_unfinished", "totals")
 
     def __init__(
         self, tracing: Tracing, name: str, attributes: Mapping[str, Any] | None = None
@@ -254,6 +290,8 @@ class LazySpan:
         self._name = name
         self._attributes = attributes
         self._span: CallSpan | None = None
+        self._ended = False
+        self._unfinished: set[Finishing] = set()
         #: Counts kept while the call runs, set as attributes when the span ends.
         self.totals: dict[str, int] = {}
 
@@ -261,6 +299,8 @@ class LazySpan:
         self, name: str, request: Request[Any], attributes: Mapping[str, Any] | None = None
     ) -> CallSpan:
         """The span of one request of this call."""
+        if self._ended:
+            return NO_SPAN
         span = self._span
         if span is None:
             span = self._span = self._tracing.call(self._name, attributes=self._attributes)
@@ -268,15 +308,32 @@ class LazySpan:
             return NO_SPAN  # nothing records this call: its requests' spans would not either
         return self._tracing.call(name, request, parent=span, attributes=attributes)
 
+    def finish_later(self, part: Finishing) -> None:
+        """Have ``end`` finish ``part`` first if nothing has (a child's span left open)."""
+        if self._ended:
+            part.finish()
+        else:
+            self._unfinished.add(part)
+
+    def finished(self, part: Finishing) -> None:
+        """``part`` has finished its span itself."""
+        self._unfinished.discard(part)
+
     def set(self, name: str, value: Any) -> None:
-        if self._span is not None:
+        if self._span is not None and not self._ended:
             self._span.set(name, value)
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
-        if self._span is not None:
+        if self._span is not None and not self._ended:
             self._span.event(name, attributes)
 
     def end(self, error: BaseException | None = None) -> None:
+        """End the span (the first call only), its children left open first."""
+        if self._ended:
+            return
+        self._ended = True
+        while self._unfinished:
+            self._unfinished.pop().finish()
         span = self._span
         if span is not None:
             for name, value in self.totals.items():

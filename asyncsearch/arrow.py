@@ -12,13 +12,20 @@
 - ``HitBatches`` and ``extractions_batch``: the same columns for code that writes as it goes
   (``asyncsearch.ray``, the CLI's ``--parquet``), so the schema is defined once, here.
 
-The spec shows no embedding widths: a column is as wide as the first vector of its name (or as
-``embedding_widths`` says), a vector of another width is a ``ResponseValidationError``, and a
-column no hit has a vector for is ``fixed_size_list<float32>[0]``, all null.
+The spec shows no embedding widths, nor whether every hit carries its vectors. One rule, in
+``HitBatches`` (so the same for a table, a Ray dataset and the CLI's ``--parquet``): a column is
+as wide as the first vector of its name (or as ``embedding_widths`` says), and a vector of
+another width is a ``ResponseValidationError``. While a width is unknown, pages are held back,
+at most ``MAX_HELD_HITS`` (10,000) hits; a column with no vector among them (or in the whole
+walk, if shorter) is settled as absent: ``fixed_size_list<float32>[0]``, all null. A vector of
+that name coming later is left out (null), never an error: counted in ``HitBatches.left_out``
+and logged once as a WARNING on the ``asyncsearch.arrow`` logger, which names the
+``embedding_widths`` that keeps such vectors.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +45,7 @@ from asyncsearch import (
     ResponseValidationError,
     SearchPage,
 )
+from asyncsearch._errors import install_hint
 from asyncsearch._models import embedding_matrices
 
 try:
@@ -45,7 +53,7 @@ try:
     import pyarrow as pa
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "asyncsearch.arrow needs pyarrow and numpy: pip install 'asyncsearch[arrow]'"
+        f"asyncsearch.arrow needs pyarrow and numpy: {install_hint('arrow')}"
         f" ({exc.name or exc} is missing)"
     ) from exc
 
@@ -57,6 +65,7 @@ __all__ = [
     "EMBEDDING_NAMES",
     "EXTRACTION_SCHEMA",
     "HIT_COLUMNS",
+    "MAX_HELD_HITS",
     "EmbeddingName",
     "HitBatches",
     "extractions_batch",
@@ -102,8 +111,11 @@ EXTRACTION_SCHEMA = pa.schema(
     ]
 )
 
-#: The most hits ``HitBatches`` holds back, by default, while a width is unknown.
+#: The most hits ``HitBatches`` holds back while a width is unknown: the look-ahead after which
+#: a column with no vector is settled as absent (width 0).
 MAX_HELD_HITS = 10_000
+
+logger = logging.getLogger("asyncsearch.arrow")
 
 
 def hit_schema(widths: Mapping[EmbeddingName, int] | None) -> pa.Schema:
@@ -129,21 +141,27 @@ class _HeldPage:
 class HitBatches:
     """Pages of hits as record batches of one schema, for a table or a file written as it goes.
 
-    ``add(page)`` returns the batches ready so far, in page order; ``finish()`` the rest. A
-    column's width is that of the first vector of its name, or the one ``widths`` gives; until
-    every width is known, pages are held back (as numpy columns, not as pages), at most
-    ``max_held_hits`` hits (``None``: no limit): past that, and at the end, a column no hit had
-    gets width 0. A vector of another width is a ``ResponseValidationError``. With
-    ``embeddings=False`` (lean pages) there are no embedding columns and nothing is held.
+    The one place of the rule for widths, used by ``search_table``, ``asyncsearch.ray`` and the
+    CLI's ``--parquet``. ``add(page)`` returns the batches ready so far, in page order;
+    ``finish()`` the rest. A column's width is that of the first vector of its name, or the one
+    ``widths`` gives; a vector of another width is a ``ResponseValidationError``. Until every
+    width is known, pages are held back (as numpy columns, not as pages), at most
+    ``max_held_hits`` hits: once that many are held, and at the end, a column no hit had is
+    settled as absent (width 0, all null). A vector of a settled column that comes later is left
+    out (null), counted in ``left_out`` and logged once per column as a WARNING, never an
+    error: valid data never fails, and memory stays bounded. With ``embeddings=False`` (lean
+    pages) there are no embedding columns and nothing is held.
     """
 
     widths: dict[EmbeddingName, int | None] = field(default_factory=dict)
-    max_held_hits: int | None = MAX_HELD_HITS
+    max_held_hits: int = MAX_HELD_HITS
     embeddings: bool = True
     #: Where each known width came from, for the error when a vector disagrees with it.
     origins: dict[EmbeddingName, str] = field(default_factory=dict)
     #: The columns that got width 0 because no hit had them (and not from ``widths``).
     settled: set[EmbeddingName] = field(default_factory=set)
+    #: Per settled column, how many vectors came after it was settled and were left out.
+    left_out: dict[EmbeddingName, int] = field(default_factory=dict)
     held: list[_HeldPage] = field(default_factory=list)
     held_hits: int = 0
     walked_hits: int = 0
@@ -178,7 +196,7 @@ class HitBatches:
         self.held.append(_HeldPage(scalars, vectors, len(chosen)))
         self.held_hits += len(chosen)
         self.walked_hits += len(chosen)
-        if self.max_held_hits is not None and self.held_hits >= self.max_held_hits:
+        if self.held_hits >= self.max_held_hits:
             self._settle(f"no hit among the first {self.walked_hits} had one")
         return self._release()
 
@@ -200,17 +218,30 @@ class HitBatches:
         if expected is None:
             self.widths[name] = width
             self.origins[name] = f"the width of hit {first!r}, the first with one"
+        elif name in self.settled:
+            return self._leave_out(name, sum(present), width)
         elif width != expected:
-            hint = ""
-            if name in self.settled:
-                hint = f": pass embedding_widths={{{name!r}: {width}}}"
             raise ResponseValidationError(
                 f"hit {first!r} has {width} {name} values, where this walk's {name} column"
-                f" has {expected} ({self.origins[name]}){hint}",
+                f" has {expected} ({self.origins[name]})",
                 path=path,
                 body=b"",
             )
         return matrix, present
+
+    def _leave_out(self, name: EmbeddingName, vectors: int, width: int) -> None:
+        """Vectors of a column settled as absent: left out (null), counted, logged once."""
+        if name not in self.left_out:
+            logger.warning(
+                "%s vectors came after the %s column was settled as absent (%s); they are"
+                " left out (null). Pass embedding_widths={%r: %d} to keep them",
+                name,
+                name,
+                self.origins[name],
+                name,
+                width,
+            )
+        self.left_out[name] = self.left_out.get(name, 0) + vectors
 
     def _settle(self, reason: str) -> None:
         for name in EMBEDDING_NAMES:
@@ -291,6 +322,9 @@ async def search_table(
     and, unless ``embeddings=False`` (then the pages are decoded without their vectors, and the
     table has no embedding columns), ``small3_512`` and ``clip2`` as ``fixed_size_list<float32>``
     of the width the data shows (or ``embedding_widths`` fixes), null for a hit without one.
+    The widths follow the rule of ``HitBatches``: a column with no vector among the first
+    ``MAX_HELD_HITS`` hits is settled as absent (width 0, all null), and its later vectors are
+    left out (logged), as ``asyncsearch.ray.read_search`` does.
     Raises ``InvalidRequestError`` before anything is sent for bad arguments, and the SDK's
     errors as the walk does; a vector of another width is a ``ResponseValidationError``.
     """
@@ -300,7 +334,7 @@ async def search_table(
         raise InvalidRequestError(f"max_items must be an integer >= 0 or None, got {max_items!r}")
     # Each page becomes a record batch as it comes, while the next one is on its way; the
     # table at the end only collects them (no copy).
-    builder = HitBatches(dict(check_embedding_widths(embedding_widths)), None, embeddings)
+    builder = HitBatches(dict(check_embedding_widths(embedding_widths)), embeddings=embeddings)
     batches: list[pa.RecordBatch] = []
     page_size = params.get("page_size")
     if max_items and isinstance(page_size, int) and page_size > 0:

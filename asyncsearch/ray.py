@@ -1,4 +1,4 @@
-"""Bulk extraction results and search exports on Ray Data (``pip install 'asyncsearch[ray]'``).
+"""Bulk extraction results and search exports on Ray Data (``pip install -e '.[ray]'``).
 
 ``import asyncsearch`` never imports this module (nor Ray, nor pyarrow): import
 ``asyncsearch.ray`` yourself.
@@ -9,11 +9,10 @@
   with the columns ``job_id``, ``state``, ``extraction`` (JSON text) and ``error``. Every id
   comes back exactly once; a failed id is a row with an error, never a failed batch.
 - ``read_search(...)``: a search as a ``Dataset`` of hits with the columns of
-  ``asyncsearch.arrow.search_table`` (the same functions make them): the hit's scalar fields and
-  the embeddings as ``fixed_size_list<float32>`` columns ``small3_512`` and ``clip2``, null for a
-  hit without one. The spec gives no widths: each column is as wide as the first vector of its
-  name in the search (or as the caller's ``embedding_widths``), and a vector of another width
-  fails the read with a ``ResponseValidationError``.
+  ``asyncsearch.arrow.search_table`` (the same ``HitBatches`` makes them, with the same rule for
+  widths): the hit's scalar fields and the embeddings ``small3_512`` and ``clip2`` as Ray tensor
+  columns of float32 (``ArrowTensorArray``), so that numpy batches hold each as one 2-D
+  ``(rows, width)`` float32 array, a hit without that vector a row of NaN.
 - ``unwritten_job_ids(ids, path)``: the ids of a dataset that an earlier run has not written yet
   (``write_parquet``/``write_json``), to resume an export; ``retry_failed`` and
   ``refetch_in_progress`` also give back the ids written only with an error or in a state of
@@ -52,7 +51,9 @@ from asyncsearch import (
     Sort,
     Timeout,
 )
+from asyncsearch._errors import install_hint
 from asyncsearch.arrow import (
+    EMBEDDING_NAMES,
     EXTRACTION_SCHEMA,
     MAX_HELD_HITS,
     EmbeddingName,
@@ -63,15 +64,16 @@ from asyncsearch.arrow import (
 )
 
 try:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
     import ray
     import ray.data
+    from ray.data.extensions import ArrowTensorArray
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        "asyncsearch.ray needs Ray Data: pip install 'asyncsearch[ray]'"
-        f" ({exc.name or exc} is missing)"
+        f"asyncsearch.ray needs Ray Data: {install_hint('ray')} ({exc.name or exc} is missing)"
     ) from exc
 
 __all__ = [
@@ -334,7 +336,35 @@ class _SearchWalk:
 
 def _blocks(batches: list[pa.RecordBatch]) -> Iterator[Any]:
     for batch in batches:
-        yield pa.Table.from_batches([batch])
+        yield _with_tensor_columns(pa.Table.from_batches([batch]))
+
+
+def _with_tensor_columns(table: pa.Table) -> pa.Table:
+    """``table`` with its vector columns as Ray tensor columns: numpy batches get them as 2-D
+    float32 arrays (a ``fixed_size_list`` column becomes a 1-D array of arrays)."""
+    for name in EMBEDDING_NAMES:
+        index = table.schema.get_field_index(name)
+        if index >= 0:
+            column = table.column(index).combine_chunks()
+            tensors = ArrowTensorArray.from_numpy(_vector_matrix(column), column_name=name)
+            table = table.set_column(index, name, tensors)
+    return table
+
+
+def _vector_matrix(column: pa.FixedSizeListArray) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A ``fixed_size_list<float32>`` column as a (rows, width) matrix: a null (a hit without
+    that vector) is a row of NaN, as ``SearchPage.embedding_matrix`` gives it."""
+    rows, width = len(column), column.type.list_size
+    if column.null_count == 0:  # no copy
+        whole: np.ndarray[Any, np.dtype[np.float32]] = column.flatten().to_numpy()
+        return whole.reshape(rows, width)
+    matrix = np.full((rows, width), np.nan, dtype=np.float32)
+    valid = column.is_valid()
+    present = column.filter(valid)
+    matrix[valid.to_numpy(zero_copy_only=False)] = (
+        present.flatten().to_numpy().reshape(len(present), width)
+    )
+    return matrix
 
 
 def read_search(
@@ -363,23 +393,28 @@ def read_search(
     as ``search_pages`` says) and the client options. The columns are those of
     ``asyncsearch.arrow.search_table``, made by the same ``HitBatches``: the hit's scalar fields
     (``HIT_COLUMNS``: ``id``, ``name``, ``kind``, ``score``, ...; null where the service sent
-    none), and ``small3_512`` and ``clip2`` as ``fixed_size_list<float32>`` (null for a hit
-    without that embedding), made from each page's ``SearchPage.embedding_matrix`` without a
-    Python list per hit.
+    none), and ``small3_512`` and ``clip2`` as Ray tensor columns of float32 of shape
+    ``(width,)`` (``ray.data.extensions.ArrowTensorArray``): ``iter_batches(batch_format=
+    "numpy")`` gives each as a 2-D ``(rows, width)`` float32 array, ready for a model, and a hit
+    without that embedding is a row of NaN (as ``SearchPage.embedding_matrix`` gives it). The
+    vectors go from each page's matrix into the tensor buffers without a Python list per hit.
 
-    The spec gives no widths for the embeddings, so each column is as wide as the first vector
-    of its name in the search; a hit whose vector has another width fails the read with a
-    ``ResponseValidationError`` (never a column of mixed or cut vectors). Pages before that
-    first vector are held back in the read task until it comes, up to 10,000 hits; if none of
-    those hits (or none of the search) has that embedding, its column has width 0, and a vector
-    coming later is the error. ``embedding_widths`` (e.g. ``{"clip2": 768}``) fixes the width
-    of a column instead, so nothing is held back for it, and checks every vector against it.
+    The widths follow the one rule of ``asyncsearch.arrow.HitBatches``, as in ``search_table``:
+    each column is as wide as the first vector of its name in the search; a hit whose vector
+    has another width fails the read with a ``ResponseValidationError`` (never a column of mixed
+    or cut vectors). Pages before that first vector are held back in the read task, at most
+    ``MAX_HELD_HITS`` (10,000) hits; a column with no vector among them (or in the whole
+    search) is settled as absent, width 0, and a vector of it coming later is left out (NaN),
+    logged once as a WARNING (in the read task's log), never an error. ``embedding_widths``
+    (e.g. ``{"clip2": 768}``) fixes the width of a column instead, so nothing is held back for
+    it and no vector of it is left out, and checks every vector against it.
 
     Arguments and options are checked now, before anything is sent; ``api_key`` and
     ``base_url`` fall back to the environment of this (the driver's) process. The pages are
     walked in one Ray task (a page is requested only once the previous one said there are
-    more), with its next page prefetched while Ray handles the current one, and each page is
-    one block. ``ray_remote_args`` (e.g. ``{"num_cpus": 0.5}``) go to that task.
+    more), with its next page prefetched while Ray handles the current one; each page is one
+    output of that task (Ray may join small ones into one block). ``ray_remote_args`` (e.g.
+    ``{"num_cpus": 0.5}``) go to that task.
 
     Raises ``InvalidRequestError``/``ConfigurationError`` for bad arguments; a failing search
     fails the dataset's execution with the SDK's typed error.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pytest_asyncio
 from aiohttp import web
 
+import asyncsearch.arrow
 from asyncsearch import (
     AsyncSearchClient,
     InvalidRequestError,
@@ -30,6 +32,7 @@ from asyncsearch.arrow import (
     EMBEDDING_NAMES,
     EXTRACTION_SCHEMA,
     HIT_COLUMNS,
+    MAX_HELD_HITS,
     HitBatches,
     extractions_table,
     search_table,
@@ -208,7 +211,9 @@ def _widths(batch: pa.RecordBatch) -> dict[str, int]:
     return {name: batch.schema.field(name).type.list_size for name in EMBEDDING_NAMES}
 
 
-def test_hit_batches_hold_pages_back_until_every_width_is_known_and_no_longer() -> None:
+def test_hit_batches_hold_pages_back_until_every_width_is_known_and_no_longer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     batches = HitBatches(max_held_hits=3)
     # No clip2 vector yet: the pages wait, in order.
     assert batches.add(_page(_hit("a", small3_512=[1.0, 2.0]))) == []
@@ -218,13 +223,20 @@ def test_hit_batches_hold_pages_back_until_every_width_is_known_and_no_longer() 
     assert [batch.column("id").to_pylist() for batch in released] == [["a"], ["b"], ["c"]]
     assert [_widths(batch) for batch in released] == [{"small3_512": 2, "clip2": 0}] * 3
     assert released[2].column("small3_512").to_pylist() == [None]
-    # A clip2 vector after that cannot fit: a typed error that says what to do.
-    with pytest.raises(ResponseValidationError) as info:
-        batches.add(_page(_hit("d", clip2=[1.0, 2.0, 3.0])))
-    assert str(info.value) == (
-        "hit 'd' has 3 clip2 values, where this walk's clip2 column has 0 (no hit among the"
-        " first 3 had one, so it got 0): pass embedding_widths={'clip2': 3}"
-    )
+    # A clip2 vector after that is valid data the column cannot hold: left out (null), counted,
+    # and logged once with what keeps it. Never an error.
+    with caplog.at_level(logging.WARNING, logger="asyncsearch.arrow"):
+        (late,) = batches.add(_page(_hit("d", clip2=[1.0, 2.0, 3.0]), _hit("e", clip2=[1.0] * 3)))
+        (later,) = batches.add(_page(_hit("f", small3_512=[5.0, 6.0], clip2=[1.0] * 3)))
+    assert _widths(late) == _widths(later) == {"small3_512": 2, "clip2": 0}
+    assert late.column("clip2").to_pylist() == [None, None]
+    assert later.column("small3_512").to_pylist() == [[5.0, 6.0]]
+    assert batches.left_out == {"clip2": 3}
+    assert [record.getMessage() for record in caplog.records] == [
+        "clip2 vectors came after the clip2 column was settled as absent (no hit among the"
+        " first 3 had one, so it got 0); they are left out (null). Pass"
+        " embedding_widths={'clip2': 3} to keep them"
+    ]
 
     # A walk with no clip2 vector at all, shorter than the limit: its end lets the pages go.
     batches = HitBatches(max_held_hits=100)
@@ -232,6 +244,95 @@ def test_hit_batches_hold_pages_back_until_every_width_is_known_and_no_longer() 
     (batch,) = batches.finish()
     assert _widths(batch) == {"small3_512": 1, "clip2": 0}
     assert batch.column("clip2").to_pylist() == [None, None]
+
+
+#: A walk whose clip2 vectors start late: 100 hits a page, every hit with a small3_512 vector,
+#: and a clip2 vector from hit LATE_CLIP2 on, past the look-ahead of MAX_HELD_HITS hits.
+LATE_PAGE_SIZE = 100
+LATE_HITS = MAX_HELD_HITS + 2_000
+LATE_CLIP2 = MAX_HELD_HITS + 50
+
+
+def late_vector_pages() -> list[list[dict[str, Any]]]:
+    """The pages of that walk, in the wire form."""
+    hits = []
+    for n in range(LATE_HITS):
+        vectors = {"small3_512": [float(n), 0.5, -1.0]}
+        if n >= LATE_CLIP2:
+            vectors["clip2"] = [1.0, 2.0, 3.0, float(n)]
+        hits.append(_hit(f"h{n}", **vectors))
+    return [hits[i : i + LATE_PAGE_SIZE] for i in range(0, LATE_HITS, LATE_PAGE_SIZE)]
+
+
+def check_late_vector_result(ids: list[str], small: Any, clip2: Any) -> None:
+    """The documented result of that walk, on any path: every hit in order, small3_512 as wide
+    as its vectors, and clip2, with no vector among the first MAX_HELD_HITS hits, settled as
+    absent (width 0), its later vectors left out. ``small`` and ``clip2``: (rows, width)."""
+    assert ids == [f"h{n}" for n in range(LATE_HITS)]
+    assert small.shape == (LATE_HITS, 3)
+    np.testing.assert_array_equal(small[:, 0], np.arange(LATE_HITS, dtype=np.float32))
+    assert clip2.shape == (LATE_HITS, 0)
+
+
+def matrix_of(table: pa.Table, name: str) -> Any:
+    """A ``fixed_size_list<float32>`` column as a (rows, width) matrix."""
+    column = table.column(name).combine_chunks()
+    return column.flatten().to_numpy().reshape(len(column), column.type.list_size)
+
+
+class CountingHitBatches(HitBatches):
+    """``HitBatches`` that records how many pages it holds back after each page."""
+
+    made: ClassVar[list[CountingHitBatches]] = []
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.held_after_each_page: list[int] = []
+        CountingHitBatches.made.append(self)
+
+    def add(self, page: Any, hits: int | None = None) -> list[pa.RecordBatch]:
+        batches = super().add(page, hits)
+        self.held_after_each_page.append(len(self.held))
+        return batches
+
+
+async def test_a_late_vector_column_is_settled_after_a_bounded_look_ahead(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The rule of HitBatches, as search_table follows it: pages are held back while clip2's
+    # width is unknown, never more than MAX_HELD_HITS hits (the table used to hold every page of
+    # a walk without clip2 until its end); then clip2 is settled as absent and its later
+    # vectors are left out, where a file written as it goes used to fail at hit 10,000.
+    CountingHitBatches.made.clear()
+    monkeypatch.setattr(asyncsearch.arrow, "HitBatches", CountingHitBatches)
+    server = await serve(canned(late_vector_pages()))
+    async with client_of(server.base_url) as client:
+        with caplog.at_level(logging.WARNING, logger="asyncsearch.arrow"):
+            table = await search_table(client, "q")
+
+    (builder,) = CountingHitBatches.made
+    pages = -(-LATE_HITS // LATE_PAGE_SIZE)
+    assert len(builder.held_after_each_page) == pages
+    # Held pages grow to the look-ahead, are let go at its end, and nothing is held after.
+    look_ahead = MAX_HELD_HITS // LATE_PAGE_SIZE
+    assert max(builder.held_after_each_page) == look_ahead - 1
+    assert builder.held_after_each_page[look_ahead - 1 :] == [0] * (pages - look_ahead + 1)
+    assert builder.left_out == {"clip2": LATE_HITS - LATE_CLIP2}
+    assert len(caplog.records) == 1
+    assert "embedding_widths={'clip2': 4}" in caplog.records[0].getMessage()
+
+    assert table.schema.field("clip2").type == pa.list_(pa.float32(), 0)
+    assert table.column("clip2").null_count == LATE_HITS
+    check_late_vector_result(
+        table.column("id").to_pylist(), matrix_of(table, "small3_512"), matrix_of(table, "clip2")
+    )
+
+    # embedding_widths keeps the late vectors: nothing is held back or left out.
+    async with client_of(server.base_url) as client:
+        kept = await search_table(client, "q", embedding_widths={"clip2": 4})
+    assert max(CountingHitBatches.made[1].held_after_each_page) == 0
+    assert kept.column("clip2").null_count == LATE_CLIP2
+    assert kept.column("clip2")[LATE_CLIP2].as_py() == [1.0, 2.0, 3.0, float(LATE_CLIP2)]
 
 
 def test_hit_batches_take_the_widths_given() -> None:

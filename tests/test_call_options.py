@@ -143,6 +143,7 @@ FAMILIES: dict[str, Callable[..., Coroutine[Any, Any, Any]]] = {
     "iter_extractions": _iter,
 }
 SEARCHES = ["search", "raw.search", "search_pages", "search_hits"]
+PAGERS = ["search_pages", "search_hits"]
 
 
 def make_client(server: Server, **options: Any) -> AsyncSearchClient:
@@ -202,6 +203,45 @@ async def test_extra_body_is_merged_into_every_search_body(serve: Serve, family:
         assert body["text"] == "q"
         assert body["futureField"] == {"a": [1, 2]}
         assert body["incognito"] is True  # the extra field replaces the SDK's
+
+
+@pytest.mark.parametrize("family", SEARCHES)
+@pytest.mark.parametrize(
+    ("extra_body", "words"),
+    [
+        ({"pagination": {"page": 1, "pageSize": 0}}, "page_size must be at least 1"),
+        ({"pagination": "all"}, "pagination must be an object"),
+        ({"text": "x" * 256}, "text is 256 characters long"),
+        ({"precision": 2}, "precision must be a number from 0 to 1"),
+        ({"incognito": "yes"}, "incognito must be a bool"),
+        ({"resourceId": "not-a-uuid"}, "resource_id"),
+    ],
+)
+async def test_extra_body_cannot_bypass_the_checks_of_the_arguments(
+    serve: Serve, family: str, extra_body: dict[str, Any], words: str
+) -> None:
+    # Issue 27: the merged body as sent passes the checks an argument would; nothing is sent.
+    server = await serve(service())
+    async with make_client(server) as client:
+        with pytest.raises(InvalidRequestError, match="extra_body") as caught:
+            await FAMILIES[family](client, extra_body=extra_body)
+    if "pagination" in extra_body and family in PAGERS:
+        words = f"cannot set pagination on {family}()"
+    assert words in str(caught.value)
+    assert server.seen == []
+
+
+@pytest.mark.parametrize("family", PAGERS)
+async def test_a_pager_refuses_extra_body_pagination(serve: Serve, family: str) -> None:
+    # Issue 27: extra_body={"pagination": ...} replaced paging on every page of a walk (which
+    # then stopped after one page). The pager numbers its pages itself.
+    server = await serve(service())
+    async with make_client(server) as client:
+        with pytest.raises(InvalidRequestError, match="cannot set pagination on search_"):
+            await FAMILIES[family](client, extra_body={"pagination": {"page": 3}})
+        await client.search("q", extra_body={"pagination": {"page": 3, "pageSize": 5}})
+    (seen,) = server.seen  # only the plain search, which may set its own page
+    assert json.loads(seen.body)["pagination"] == {"page": 3, "pageSize": 5}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -333,6 +373,33 @@ async def test_request_id_falls_back_to_request_id_header_and_may_be_absent(serv
         assert (await client.with_raw_response.get_extraction(JOB_ID)).request_id is None
 
 
+@pytest.mark.parametrize("x_first", [True, False])
+async def test_x_request_id_wins_over_request_id_when_both_are_sent(
+    serve: Serve, x_first: bool
+) -> None:
+    """Both headers on one answer, in either order: the id is X-Request-Id's, on an answer and
+    on a status error alike."""
+    both = [("X-Request-Id", "x-rid"), ("Request-Id", "plain-rid")]
+    headers = dict(both if x_first else both[::-1])
+    statuses = iter([200, 404])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        status = next(statuses)
+        body = ANSWERS["extract"] if status == 200 else b'{"message": "no such job"}'
+        return web.Response(
+            body=body, status=status, content_type="application/json", headers=headers
+        )
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        response = await client.with_raw_response.get_extraction(JOB_ID)
+        with pytest.raises(NotFoundError) as caught:
+            await client.get_extraction(JOB_ID)
+    assert response.headers["Request-Id"] == "plain-rid"  # both reached the client
+    assert response.request_id == "x-rid"
+    assert caught.value.request_id == "x-rid"
+
+
 async def test_request_id_on_status_errors_and_in_their_message(serve: Serve) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(
@@ -420,6 +487,10 @@ def _show_logging(value: str) -> subprocess.CompletedProcess[str]:
     [
         ("debug", 10, 1, ["debug line", "info line"]),
         ("INFO", 20, 1, ["info line"]),
+        # The standard level names, as logging spells them (issue 27: "warning" was refused).
+        ("warning", 30, 1, []),
+        ("Error", 40, 1, []),
+        ("critical", 50, 1, []),
         ("", 0, 0, []),
     ],
 )
@@ -434,4 +505,5 @@ def test_asyncsearch_log_configures_the_logger(
 def test_an_unknown_asyncsearch_log_value_is_said_not_ignored() -> None:
     done = _show_logging("verbose")
     assert done.stdout.split() == ["0", "0"]
-    assert "ASYNCSEARCH_LOG='verbose' is not 'debug' or 'info'" in done.stderr
+    assert "ASYNCSEARCH_LOG='verbose' is not a level name" in done.stderr
+    assert "debug, error, fatal, info, warn, warning" in done.stderr

@@ -76,7 +76,7 @@ async def test_without_rich_the_command_says_how_to_install_it() -> None:
     assert result.code == 2
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1
-    assert "pip install 'asyncsearch[cli]'" in result.stderr
+    assert "pip install -e '.[cli]' in a checkout of asyncsearch" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -199,11 +199,50 @@ async def test_search_counts_hits_in_the_singular_and_plural(emu: ServiceEmulato
 async def test_search_refuses_a_page_below_the_first_before_sending(emu: ServiceEmulator) -> None:
     result = await run_cli("search", "invoice", "--page", "0", env=cli_env(emu))
     assert result.code == 2
-    assert "start_page must be >= 1" in result.stderr
+    # Said with the flag, not the library's argument name.
+    assert "--page must be >= 1, got 0" in result.stderr
+    assert "start_page" not in result.stderr
+    assert "first_page" not in result.stderr
     assert emu.stats.count() == 0
     later = await run_cli("search", "invoice", "--page", "2", "--max-items", "3", env=cli_env(emu))
     assert later.code == 0, later.stderr
     assert [r.body["pagination"]["page"] for r in emu.search_history] == [2]
+
+
+async def test_log_lines_say_the_flags_not_the_library_names(emu: ServiceEmulator) -> None:
+    result = await run_cli(
+        "search", "--kind", "document", "--max-items", "3", "--page-size", "3", "-vv",
+        env=cli_env(emu),
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert "stopped paging at --max-items 3; more results remain" in result.stderr
+    assert "(resume with --page 2)" in result.stderr
+    for name in ("start_page", "max_items", "page_size", "max_pages"):
+        assert name not in result.stderr
+
+
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink"])
+async def test_search_parquet_never_writes_over_its_image(
+    emu: ServiceEmulator, tmp_path: Path, link: str
+) -> None:
+    image = tmp_path / "photo.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n red bicycle")
+    target = tmp_path / "hits.parquet"
+    if link == "same":
+        target = image
+    elif link == "symlink":
+        target.symlink_to(image)
+    else:
+        os.link(image, target)
+    result = await run_cli(
+        "search", "--image", str(image), "--parquet", str(target), env=cli_env(emu)
+    )
+    assert result.code == 2, result.stderr
+    assert f"--parquet {target}" in result.stderr
+    assert f"--image {image}" in result.stderr
+    assert "the same file" in result.stderr
+    assert image.read_bytes() == b"\x89PNG\r\n\x1a\n red bicycle"
+    assert emu.stats.count() == 0
 
 
 @pytest.mark.parametrize("json_lines", [False, True], ids=["table", "json"])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -334,3 +336,102 @@ async def test_a_second_export_to_the_same_file_is_refused(
     assert "being written by another extract-many" in second.stderr
     assert (await finish(first)).code == 0
     assert sorted(extract_fetches(emu).values()) == [1] * 40
+
+
+@pytest.mark.parametrize("flag", ["-o", "--parquet"])
+@pytest.mark.parametrize("link", ["same", "symlink", "hardlink", "stdin"])
+async def test_an_output_that_is_the_ids_file_is_refused(
+    emu: ServiceEmulator, tmp_path: Path, link: str, flag: str
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:5]) + "\n")
+    before = ids_file.read_bytes()
+    out = tmp_path / "out.jsonl"
+    ids_arg = str(ids_file)
+    if link in ("same", "stdin"):
+        out = ids_file
+    elif link == "symlink":
+        out.symlink_to(ids_file)
+    else:
+        os.link(ids_file, out)
+    if link == "stdin":  # `extract-many - -o ids.txt < ids.txt`
+        ids_arg = "-"
+        with ids_file.open("rb") as stdin:
+            process = await start_cli(
+                "extract-many", "-", flag, str(out), env=cli_env(emu), stdin=stdin.fileno()
+            )
+            result = await finish(process)
+    else:
+        result = await run_cli("extract-many", ids_arg, flag, str(out), env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert "is the input" in result.stderr
+    assert f"{flag if flag != '-o' else '--output'} {out}" in result.stderr
+    assert (f"IDS {ids_file}" if link != "stdin" else "IDS - (stdin)") in result.stderr
+    assert ids_file.read_bytes() == before
+    assert emu.stats.count() == 0
+
+
+async def test_stdout_onto_the_ids_file_is_refused(emu: ServiceEmulator, tmp_path: Path) -> None:
+    # `extract-many ids.txt -o - >> ids.txt` would read its own lines back as ids forever.
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("\n".join(job["id"] for job in emu.jobs()[:5]) + "\n")
+    before = ids_file.read_bytes()
+    with ids_file.open("ab") as stdout:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "asyncsearch", "extract-many", str(ids_file), "-o", "-",
+            env=cli_env(emu), stdin=asyncio.subprocess.DEVNULL, stdout=stdout,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(RUN_TIMEOUT):
+                _, stderr = await process.communicate()
+        finally:
+            if process.returncode is None:  # it looped: stop it
+                process.kill()
+                await process.wait()
+    assert process.returncode == 2, stderr
+    assert f"the output --output - (stdout) is the input IDS {ids_file}" in stderr.decode()
+    assert ids_file.read_bytes() == before
+    assert emu.stats.count() == 0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"0d7c...\n1e8d...\n", b"\x89PNG\r\n\x1a\n\x00\x00binary", b"job_id,state\nabc,done\n"],
+    ids=["a list of ids", "binary", "csv"],
+)
+async def test_an_output_that_is_not_json_lines_is_refused_and_kept(
+    emu: ServiceEmulator, tmp_path: Path, content: bytes
+) -> None:
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(emu.jobs()[0]["id"] + "\n")
+    out = tmp_path / "notes.txt"
+    out.write_bytes(content)
+    result = await run_cli("extract-many", str(ids_file), "-o", str(out), env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert f"{out} (--output) is not empty and not a JSON Lines file" in result.stderr
+    assert out.read_bytes() == content
+    assert emu.stats.count() == 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("extract-many", "-o"), ("extract-many", "--parquet"), ("search", "--parquet")],
+    ids=["extract-many -o", "extract-many --parquet", "search --parquet"],
+)
+async def test_an_output_in_a_missing_folder_is_a_usage_error_naming_it(
+    emu: ServiceEmulator, tmp_path: Path, command: tuple[str, str]
+) -> None:
+    name, flag = command
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(emu.jobs()[0]["id"] + "\n")
+    missing = tmp_path / "no-such-folder"
+    target = str(missing / "out.file")
+    first = str(ids_file) if name == "extract-many" else "invoice"
+    result = await run_cli(name, first, flag, target, env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert f"cannot open the output file {target} " in result.stderr
+    assert f"there is no folder {missing}" in result.stderr
+    assert ".partial" not in result.stderr
+    assert not missing.exists()
+    assert emu.stats.count() == 0

@@ -644,6 +644,11 @@ def test_environment_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"max_connections": 0}, "max_connections"),
         ({"max_response_bytes": 0}, "max_response_bytes"),
         ({"timeout": "soon"}, "timeout"),
+        # The message names what was passed, not the Timeout field it would have become.
+        ({"timeout": -1}, r"^timeout must be a positive finite number .* got -1$"),
+        ({"timeout": 0}, r"^timeout must be a positive finite number .* got 0$"),
+        ({"timeout": float("nan")}, r"^timeout must be a positive finite number .* got nan$"),
+        ({"timeout": float("inf")}, r"^timeout must be a positive finite number .* got inf$"),
         ({"headers": {"X-A": "a\r\nX-B: b"}}, "line breaks"),
         ({"base_id": ""}, "base_id"),
         ({"ssl": True}, "ssl"),

@@ -650,6 +650,115 @@ def test_bulk_arguments_are_checked_at_once() -> None:
         client.iter_extractions(job_ids(3), concurrency=0)
 
 
+# -- a closed client ends its bulk calls --------------------------------------------------------
+
+
+async def endless_ids(closed: list[bool]) -> AsyncIterator[str]:
+    """Ids without end; ``closed`` says whether the fan-out closed the source."""
+    n = 0
+    try:
+        while True:
+            n += 1
+            yield str(uuid.UUID(int=n, version=4))
+    finally:
+        closed.append(True)
+
+
+def gated_handler(entered: asyncio.Event, gate: asyncio.Event, seen: list[str]) -> Handler:
+    """Answers jobs, but holds every request from the 12th on behind ``gate``."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job_id = request.path.rsplit("/", 1)[1]
+        seen.append(job_id)
+        if len(seen) >= 12:
+            entered.set()
+            await gate.wait()
+        return web.json_response(job_body(job_id))
+
+    return handler
+
+
+async def test_closing_the_client_ends_iter_extractions_over_an_endless_source(
+    serve: Serve,
+) -> None:
+    # Issue 27: closing the client during iter_extractions over 200k ids gave 199,984
+    # ClientClosedError results over 11 s; over an endless id source it never ended.
+    entered, gate, seen = asyncio.Event(), asyncio.Event(), []
+    server = await serve(gated_handler(entered, gate, seen))
+    closed: list[bool] = []
+    client = AsyncSearchClient(API_KEY, base_url=server.base_url)
+    taken: list[ExtractionResult[str]] = []
+    try:
+        async with asyncio.timeout(10 * TIME_SCALE):
+            results = client.iter_extractions(endless_ids(closed), concurrency=4)
+            async for result in results:
+                taken.append(result)
+                if len(taken) == 10:
+                    await entered.wait()  # requests are in flight, held by the server
+                    await client.aclose()
+    except _client.ClientClosedError:
+        pass
+    else:
+        raise AssertionError("the iteration ended without ClientClosedError")
+    finally:
+        gate.set()
+        await client.aclose()
+    # The results before the close, and none of the ids after it as an error each.
+    assert all(isinstance(r, ExtractionSuccess) for r in taken)
+    assert len(taken) < 12
+    assert closed == [True]  # the source was closed, not read on
+    # At most what the fan-out holds started beyond what was taken (2 x concurrency).
+    assert len(seen) <= 10 + 8
+    assert client_tasks() == []
+
+
+async def test_closing_the_client_ends_gather_extractions(serve: Serve) -> None:
+    entered, gate, seen = asyncio.Event(), asyncio.Event(), []
+    server = await serve(gated_handler(entered, gate, seen))
+    client = AsyncSearchClient(API_KEY, base_url=server.base_url)
+
+    async def close_when_held() -> None:
+        await entered.wait()
+        await client.aclose()
+
+    try:
+        async with asyncio.timeout(10 * TIME_SCALE), asyncio.TaskGroup() as tasks:
+            tasks.create_task(close_when_held())
+            with pytest.raises(_client.ClientClosedError, match="closed"):
+                await client.gather_extractions(job_ids(100_000), concurrency=8)
+    finally:
+        gate.set()
+        await client.aclose()
+    assert len(seen) <= 12 + 8  # the held requests, one per slot of concurrency at most
+    assert client_tasks() == []
+
+
+async def test_a_with_options_client_closed_with_its_pool_ends_the_bulk_call(
+    serve: Serve,
+) -> None:
+    # A copy made by with_options shares the pool: closing the parent ends the copy's call too.
+    entered, gate, seen = asyncio.Event(), asyncio.Event(), []
+    server = await serve(gated_handler(entered, gate, seen))
+    client = AsyncSearchClient(API_KEY, base_url=server.base_url)
+    child = client.with_options(max_retries=0)
+    closed: list[bool] = []
+
+    async def close_when_held() -> None:
+        await entered.wait()
+        await client.aclose()
+
+    try:
+        async with asyncio.timeout(10 * TIME_SCALE), asyncio.TaskGroup() as tasks:
+            tasks.create_task(close_when_held())
+            with pytest.raises(_client.ClientClosedError):
+                async for _ in child.iter_extractions(endless_ids(closed), concurrency=4):
+                    pass
+    finally:
+        gate.set()
+        await client.aclose()
+    assert closed == [True]
+
+
 # -- wait_for_extraction ----------------------------------------------------------------------
 
 
@@ -669,13 +778,14 @@ async def test_wait_for_extraction_polls_until_done(serve: Serve, no_backoff: li
     assert 2.4 <= no_backoff[1] <= 3.6
 
 
-@pytest.mark.parametrize("final", ["completed", "error", "cancelled", "done", "failed"])
-async def test_wait_for_extraction_returns_at_the_first_poll_past_the_in_progress_states(
+@pytest.mark.parametrize("final", ["processing", "completed", "error", "done", "failed"])
+async def test_wait_for_extraction_returns_at_the_first_poll_past_pending(
     serve: Serve, no_backoff: list[float], final: str
 ) -> None:
-    # The spec names no final state: whatever a job becomes after pending and processing (the
-    # in-progress states known) ends the wait, at the first poll that sees it.
-    states = ["pending", "processing", "processing", final, "never asked for"]
+    # The spec names no final state and one in-progress state, pending: whatever a job becomes
+    # after it ends the wait, at the first poll that sees it (issue 27: the default wait must not
+    # depend on "processing", a value only the emulator uses).
+    states = ["pending", "pending", final, "never asked for"]
 
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
@@ -684,8 +794,31 @@ async def test_wait_for_extraction_returns_at_the_first_poll_past_the_in_progres
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
         job = await client.wait_for_extraction(job_ids(1)[0])
     assert job.state == final
-    assert len(server.seen) == 4
-    assert frozenset({"pending", "processing"}) == IN_PROGRESS_JOB_STATES
+    assert len(server.seen) == 3
+    assert frozenset({"pending"}) == IN_PROGRESS_JOB_STATES
+
+
+async def test_wait_for_extraction_in_progress_names_the_states_to_wait_through(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    states = ["pending", "processing", "queued", "done", "never asked for"]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(job_body(request.path.rsplit("/", 1)[1], states.pop(0)))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        job = await client.wait_for_extraction(
+            job_ids(1)[0], in_progress={"pending", "processing", "queued"}
+        )
+        assert job.state == "done"
+        assert len(server.seen) == 4
+        for bad in ("pending", [], [None]):
+            with pytest.raises(InvalidRequestError, match="in_progress"):
+                await client.wait_for_extraction(job_ids(1)[0], in_progress=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequestError, match="not both"):
+            await client.wait_for_extraction(job_ids(1)[0], in_progress={"pending"}, until={"done"})
+    assert len(server.seen) == 4  # bad arguments send nothing
 
 
 async def test_wait_for_extraction_logs_a_state_it_does_not_know_once(

@@ -13,16 +13,19 @@ import pytest
 from aiohttp import web
 
 from asyncsearch import (
+    APITimeoutError,
     AsyncSearchClient,
     InvalidRequestError,
     ResponseValidationError,
     SearchHit,
     SearchPage,
+    Timeout,
+    _client,
     _protocol,
 )
 
 from .conftest import API_KEY, Handler, Server
-from .helpers import ThreadedServer, client_tasks, held_connections
+from .helpers import TIME_SCALE, ThreadedServer, client_tasks, held_connections
 
 Serve = Callable[[Handler], Awaitable[Server]]
 
@@ -523,3 +526,83 @@ async def test_a_pipelined_walk_stops_at_its_caps_and_guards_without_an_extra_re
         assert client_tasks() == []
     await asyncio.sleep(0.05)
     assert searches(server) == [1, 2, 3, 4]
+
+
+async def _walk(client: AsyncSearchClient, walk: str, prefetch: bool, **options: Any) -> int:
+    """Walk every page of a search for "q" with the call's ``options``; the items walked."""
+    async with getattr(client, walk)("q", page_size=10, prefetch=prefetch, **options) as pager:
+        return len([item async for item in pager])
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("walk", ["search_pages", "search_hits"])
+async def test_per_call_options_reach_every_page_of_a_walk(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch, walk: str, prefetch: bool
+) -> None:
+    """Headers, query and max_retries given to the walk hold for page 3 as for page 1."""
+
+    async def no_backoff(delay: float) -> None:
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_client, "_sleep", no_backoff)
+    pages = paged_search(30)
+    refused: set[int] = set()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = json.loads(await request.read()).get("pagination", {}).get("page", 1)
+        if page not in refused:  # every page's first attempt: only the call's retry gets it
+            refused.add(page)
+            return web.json_response({"message": "busy"}, status=503)
+        return await pages(request)
+
+    server = await serve(handler)
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_retries=0, headers={"X-Client": "c"}
+    ) as client:
+        walked = await _walk(
+            client,
+            walk,
+            prefetch,
+            extra_headers={"X-Call": "yes"},
+            extra_query={"trace": 7},
+            max_retries=1,
+        )
+        called = len(server.seen)
+        await client.search("q")  # the next call has none of them
+    assert walked == (3 if walk == "search_pages" else 30)
+    assert searches(server)[:called] == [1, 1, 2, 2, 3, 3]
+    for seen in server.seen[:called]:
+        assert (seen.headers["X-Call"], seen.headers["X-Client"], seen.query) == (
+            "yes",
+            "c",
+            {"trace": "7"},
+        )
+    (after,) = server.seen[called:]
+    assert "X-Call" not in after.headers
+    assert after.query == {}
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_a_per_call_timeout_bounds_every_page_of_a_walk(serve: Serve, prefetch: bool) -> None:
+    """Page 3 never answers: the walk's own read timeout ends it, not the client's minute."""
+    pages = paged_search(30)
+    gate = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if json.loads(await request.read())["pagination"]["page"] == 3:
+            await gate.wait()
+        return await pages(request)
+
+    server = await serve(handler)
+    try:
+        async with AsyncSearchClient(
+            API_KEY, base_url=server.base_url, timeout=Timeout(read=60 * TIME_SCALE)
+        ) as client:
+            async with asyncio.timeout(10 * TIME_SCALE):
+                with pytest.raises(APITimeoutError):
+                    await _walk(
+                        client, "search_pages", prefetch, timeout=Timeout(read=0.2), max_retries=0
+                    )
+    finally:
+        gate.set()
+    assert searches(server) == [1, 2, 3]

@@ -301,6 +301,51 @@ async def test_fan_out_base_exception_from_func_propagates() -> None:
     assert other_tasks() == before
 
 
+class Gone(Exception):
+    pass
+
+
+@pytest.mark.parametrize("gathered", [False, True])
+async def test_fan_out_stop_on_ends_the_whole_fan_out(gathered: bool) -> None:
+    before = other_tasks()
+    release = asyncio.Event()
+    started: list[int] = []
+    cancelled: list[int] = []
+
+    async def func(i: int) -> int:
+        started.append(i)
+        if i == 5:
+            raise Gone(i)
+        if i == 6:
+            raise ValueError(i)  # not in stop_on: an outcome like any other
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            cancelled.append(i)
+            raise
+        return i
+
+    def endless() -> Iterator[int]:
+        yield from itertools.count()
+
+    async def consume() -> None:
+        fo = fan_out(func, endless(), concurrency=8, stop_on=Gone)
+        if gathered:
+            await fo._gather()
+            return
+        async with fo:
+            async for _ in fo:
+                raise AssertionError("nothing finishes before Gone")
+
+    with pytest.raises(Gone):
+        await consume()
+    assert max(started) < 16  # no more items were read than workers had started
+    assert sorted(cancelled) == sorted(set(started) - {5, 6})  # the calls in flight: cancelled
+    assert other_tasks() == before
+    with pytest.raises(InvalidRequestError, match="stop_on"):
+        fan_out(func, range(3), stop_on=KeyboardInterrupt)  # type: ignore[arg-type]
+
+
 async def test_cancelling_the_caller_cancels_the_calls_in_flight() -> None:
     started = asyncio.Event()
     cancelled: list[int] = []

@@ -477,6 +477,28 @@ async def test_a_dead_service_costs_at_most_the_retry_budget(sleeps: list[float]
     assert sum(r.error.attempts or 0 for r in results if r.error is not None) == requests
 
 
+async def test_an_error_after_the_budget_ran_out_says_so(sleeps: list[float]) -> None:
+    # Issue 27: with max_retries=4 the error said "(after 2 attempts)" and nothing of the budget.
+    budget = RetryBudget(capacity=5)  # one retry's worth
+    async with raw_server(statuses(503)) as server:
+        result = await outcome(server, get_job, max_retries=4, retry_budget=budget)
+    assert isinstance(result, InternalServerError)
+    assert result.attempts == 2
+    assert server.requests == 2
+    assert result.retries_stopped is not None
+    assert "retry budget is spent (1 of max_retries=4 retries made" in result.retries_stopped
+    assert str(result).endswith(
+        "(after 2 attempts; not retried: the client's retry budget is spent "
+        "(1 of max_retries=4 retries made; see RetryBudget))"
+    )
+    # max_retries itself ending the retries is not the budget's doing.
+    async with raw_server(statuses(503)) as server:
+        result = await outcome(server, get_job, max_retries=1)
+    assert result.attempts == 2
+    assert result.retries_stopped is None
+    assert str(result).endswith("(after 2 attempts)")
+
+
 # -- bodies --------------------------------------------------------------------------------------
 
 
@@ -954,6 +976,17 @@ SENT_AGAIN: dict[str, tuple[Call, dict[str, Any], int]] = {
         lambda c: c.with_options(retry_search="safe").search("q"),
         {"retry_search": "always"},
         1,
+    ),
+    # Decided from the body as sent (issue 27): extra_body's incognito wins over the argument.
+    "search, incognito, extra_body not incognito": (
+        lambda c: c.search("q", incognito=True, extra_body={"incognito": False}),
+        {},
+        1,
+    ),
+    "search, extra_body incognito": (
+        lambda c: c.search("q", extra_body={"incognito": True}),
+        {},
+        3,
     ),
     "get_extraction": (get_job, {}, 3),
     "list_webhook_logs": (lambda c: c.list_webhook_logs(JOB_ID), {}, 3),

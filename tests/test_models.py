@@ -533,7 +533,7 @@ def test_embedding_matrix_without_numpy_says_how_to_get_it(
 
     page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
     monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` now raises ImportError
-    with pytest.raises(ImportError, match=r"pip install 'asyncsearch\[numpy\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[numpy\]' in a checkout"):
         page.embedding_matrix()
     # ...and the extra it names exists, and installs numpy.
     pyproject = tomllib.loads((SAMPLES.parent.parent / "pyproject.toml").read_text())

@@ -63,6 +63,7 @@ PUBLIC_NAMES = {
     "RetryBudget",
     "RequestOptions",
     "SearchOptions",
+    "OptionChanges",
     # errors
     "AsyncSearchError",
     "APIConnectionError",
@@ -108,7 +109,7 @@ PUBLIC_NAMES = {
 def test_public_names_are_pinned() -> None:
     assert set(asyncsearch.__all__) == PUBLIC_NAMES
     # About 45: the 19 errors are most of it.
-    assert len(PUBLIC_NAMES) <= 48
+    assert len(PUBLIC_NAMES) <= 49
 
 
 def _structs_reachable_from(roots: list[type]) -> set[type]:
@@ -240,3 +241,35 @@ def test_a_session_that_is_not_an_aiohttp_session_is_refused() -> None:
             base_url="http://127.0.0.1:1",
             session=object(),  # type: ignore[arg-type]
         )
+
+
+def test_install_hints_work_from_a_checkout() -> None:
+    # Issue 27: the hints said pip install 'asyncsearch[cli]', while asyncsearch is not on the
+    # index (README): every message names the extra as a checkout installs it.
+    from asyncsearch._errors import install_hint
+
+    assert install_hint("arrow") == "pip install -e '.[arrow]' in a checkout of asyncsearch"
+    package = Path(asyncsearch.__file__).resolve().parent
+    offenders = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"pip install '?asyncsearch\[", line)
+    ]
+    assert offenders == []
+
+
+def test_help_shows_no_private_names_and_documents_the_result_union() -> None:
+    # Issue 27: help(ExtractionResult) printed "Represent a PEP 604 union type", and help() of
+    # the client showed `Unpack[_OptionChanges]` and APIResponse a `secret=''` parameter.
+    import pydoc
+
+    union = pydoc.render_doc(asyncsearch.ExtractionResult, renderer=pydoc.plaintext)
+    assert "The outcome of fetching one extraction job in a bulk call" in union
+    assert "PEP 604" not in union
+    for name in asyncsearch.__all__:
+        value = getattr(asyncsearch, name)
+        if not callable(value):
+            continue  # __version__, IN_PROGRESS_JOB_STATES
+        text = pydoc.render_doc(value, renderer=pydoc.plaintext)
+        assert not re.search(r"\[_[A-Za-z]|secret=", text), name

@@ -313,13 +313,17 @@ def test_read_search_hits_with_the_columns_of_search_table(
     assert table.schema.names == [name for name, _ in HIT_COLUMNS] + list(EMBEDDING_NAMES)
     for name, _ in HIT_COLUMNS:
         assert table.column(name).to_pylist() == [getattr(hit, name) for hit in hits], name
+    # The vectors as a model takes them: numpy batches hold each vector column as one 2-D
+    # float32 array (with fixed_size_list columns they were 1-D object arrays of arrays).
+    batches = list(dataset.iter_batches(batch_format="numpy", batch_size=7))
     for name in EMBEDDING_NAMES:
         expected = np.concatenate([page.embedding_matrix(name) for page in pages])
-        column = table.column(name).combine_chunks()
-        assert column.type == pa.list_(pa.float32(), expected.shape[1])
-        assert column.null_count == 0
-        values = column.values.to_numpy().reshape(expected.shape)
-        np.testing.assert_array_equal(values, expected)
+        assert expected.shape[1] > 0
+        for batch in batches:
+            matrix = batch[name]
+            assert isinstance(matrix, np.ndarray), name
+            assert (matrix.dtype, matrix.ndim) == (np.float32, 2), name
+        np.testing.assert_array_equal(np.concatenate([b[name] for b in batches]), expected)
 
 
 def test_read_search_checks_arguments_before_sending(emu: ThreadedEmulator) -> None:
@@ -366,7 +370,6 @@ def _canned_search(pages: list[list[dict[str, Any]]]) -> Any:
 
 def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) -> None:
     import numpy as np
-    import pyarrow as pa
 
     from asyncsearch import ResponseValidationError
     from asyncsearch.ray import read_search
@@ -381,20 +384,20 @@ def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) 
     ]
     with _canned_search(pages) as server:
         dataset = read_search("q", api_key=KEY, base_url=server.base_url)
-        table = pa.concat_tables(dataset.iter_batches(batch_format="pyarrow", batch_size=None))
+        batch = _all_hits(dataset)
 
-    def f32(values: list[float]) -> list[float]:
-        return [float(np.float32(v)) for v in values]
+    def f32(rows: list[list[float] | None], width: int) -> Any:
+        # A hit without the vector: a row of NaN, as SearchPage.embedding_matrix gives it.
+        return np.array([[np.nan] * width if r is None else r for r in rows], dtype=np.float32)
 
-    assert table.column("id").to_pylist() == list("abcde")
-    expected = {  # a hit without the vector: null
-        "small3_512": [f32(small[0]), f32(small[1]), f32(small[2]), None, f32(small[4])],
-        "clip2": [None, None, f32(clip[2]), None, f32(clip[4])],
+    assert list(batch["id"]) == list("abcde")
+    expected = {
+        "small3_512": f32([small[0], small[1], small[2], None, small[4]], 3),
+        "clip2": f32([None, None, clip[2], None, clip[4]], 5),
     }
-    for name, rows in expected.items():
-        assert table.column(name).to_pylist() == rows
-    assert table.schema.field("small3_512").type == pa.list_(pa.float32(), 3)
-    assert table.schema.field("clip2").type == pa.list_(pa.float32(), 5)
+    for name, matrix in expected.items():
+        assert batch[name].dtype == np.float32
+        np.testing.assert_array_equal(batch[name], matrix)
 
     # The caller may say a width instead; a vector that disagrees with it fails the read.
     with _canned_search(pages) as server:
@@ -407,9 +410,56 @@ def test_read_search_takes_the_embedding_widths_from_the_data(ray_session: Any) 
         )
         with pytest.raises(ResponseValidationError, match=r"\(as embedding_widths gives\)"):
             wrong.take_all()
-    assert [None if row["clip2"] is None else list(row["clip2"]) for row in rows] == expected[
-        "clip2"
-    ]
+    np.testing.assert_array_equal(np.stack([row["clip2"] for row in rows]), expected["clip2"])
+
+
+def _all_hits(dataset: Any) -> dict[str, Any]:
+    """Every row of ``dataset`` as one numpy batch (column name to array)."""
+    import numpy as np
+
+    batches = list(dataset.iter_batches(batch_format="numpy", batch_size=None))
+    return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+
+
+def test_read_search_follows_the_arrow_rule_for_a_vector_column_that_comes_late(
+    ray_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk of test_arrow's late-vector test: clip2 vectors only after the look-ahead. The
+    # read used to fail at hit 10,000; now it gives search_table's documented result.
+    import numpy as np
+
+    import asyncsearch.ray
+    from asyncsearch.arrow import MAX_HELD_HITS
+    from asyncsearch.ray import _SearchWalk, read_search
+
+    from .test_arrow import (
+        LATE_CLIP2,
+        LATE_HITS,
+        LATE_PAGE_SIZE,
+        CountingHitBatches,
+        check_late_vector_result,
+        late_vector_pages,
+    )
+
+    pages = late_vector_pages()
+    with _canned_search(pages) as server:
+        batch = _all_hits(read_search("q", api_key=KEY, base_url=server.base_url))
+        check_late_vector_result(list(batch["id"]), batch["small3_512"], batch["clip2"])
+        assert (batch["small3_512"].dtype, batch["clip2"].dtype) == (np.float32, np.float32)
+
+        # The read task's walk, run here to count the pages it holds back: the same bound as
+        # search_table's.
+        CountingHitBatches.made.clear()
+        monkeypatch.setattr(asyncsearch.ray, "HitBatches", CountingHitBatches)
+        walk = _SearchWalk({"api_key": KEY, "base_url": server.base_url}, {"text": "q"})
+        rows = sum(block.num_rows for block in walk({"walk": [0]}))
+    assert rows == LATE_HITS
+    (builder,) = CountingHitBatches.made
+    look_ahead = MAX_HELD_HITS // LATE_PAGE_SIZE
+    assert len(builder.held_after_each_page) == len(pages)
+    assert max(builder.held_after_each_page) == look_ahead - 1
+    assert builder.held_after_each_page[look_ahead - 1 :] == [0] * (len(pages) - look_ahead + 1)
+    assert builder.left_out == {"clip2": LATE_HITS - LATE_CLIP2}
 
 
 def test_read_search_refuses_an_embedding_of_another_width(ray_session: Any) -> None:

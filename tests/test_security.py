@@ -260,6 +260,84 @@ async def test_extra_headers_cannot_replace_the_key_or_the_base() -> None:
     assert "x-call" not in second.headers
 
 
+FRAMING_HEADERS = [
+    "Content-Length",
+    "transfer-encoding",
+    "Host",
+    "Connection",
+    "Keep-Alive",
+    "TE",
+    "Trailer",
+    "Upgrade",
+    "Expect",
+    "Proxy-Connection",
+    "Content-Type",
+    "Content-Encoding",
+]
+NOT_HEADER_NAMES = ["X-Api-Key ", " X-Trace", "X Trace", "", "X-A:b", "X-\u00fc", "X-A\r\nX-B"]
+
+
+@pytest.mark.parametrize("name", FRAMING_HEADERS)
+async def test_headers_that_frame_or_route_the_message_are_refused(name: str) -> None:
+    # Issue 27: {"Transfer-Encoding": "chunked"} went out beside Content-Length over an unchunked
+    # body (the request-smuggling shape), {"Content-Length": "2"} cut the body to two bytes.
+    value = {"content-length": "2", "transfer-encoding": "chunked"}.get(name.lower(), "x")
+    async with raw_server(job_answer()) as server:
+        with pytest.raises(ConfigurationError, match=f"cannot set {name}: it frames or routes"):
+            make_client(server, headers={name: value})
+        async with make_client(server) as client:
+            with pytest.raises(InvalidRequestError, match=f"cannot set {name}"):
+                await client.get_extraction(JOB_ID, extra_headers={name: value})
+            with pytest.raises(InvalidRequestError, match=f"cannot set {name}"):
+                await client.search("invoice", extra_headers={name: value})
+            with pytest.raises(ConfigurationError, match=f"cannot set {name}"):
+                client.with_options(headers={name: value})
+        assert server.seen == []
+
+
+@pytest.mark.parametrize("name", NOT_HEADER_NAMES)
+async def test_header_names_must_be_tokens(name: str) -> None:
+    # "X-Api-Key " (a trailing space) went out next to the real key.
+    async with raw_server(job_answer()) as server:
+        with pytest.raises(ConfigurationError, match="is not a header name"):
+            make_client(server, headers={name: "x"})
+        async with make_client(server) as client:
+            with pytest.raises(InvalidRequestError, match="is not a header name"):
+                await client.get_extraction(JOB_ID, extra_headers={name: "x"})
+        assert server.seen == []
+
+
+async def test_header_values_and_names_given_twice_are_refused() -> None:
+    async with raw_server(job_answer()) as server:
+        async with make_client(server) as client:
+            for value in ("a\r\nX-Injected: 1", "a\nb", "a\x00b"):
+                with pytest.raises(InvalidRequestError, match="line breaks"):
+                    await client.get_extraction(JOB_ID, extra_headers={"X-Trace": value})
+            with pytest.raises(InvalidRequestError, match="names one header twice"):
+                await client.get_extraction(JOB_ID, extra_headers={"X-Trace": "1", "x-trace": "2"})
+        assert server.seen == []
+
+
+async def test_with_options_merges_headers_into_the_clients() -> None:
+    # Issue 27: with_options(headers=...) dropped the client's other headers.
+    async with raw_server(job_answer()) as server:
+        headers = {"X-Team": "search", "X-Trace": "1", "X-Gone": "soon"}
+        async with make_client(server, headers=headers) as client:
+            child = client.with_options(headers={"x-trace": "2", "X-New": "n", "X-Gone": None})
+            await child.get_extraction(JOB_ID)
+            await client.get_extraction(JOB_ID)
+            cleared = client.with_options(headers=None)
+            await cleared.get_extraction(JOB_ID)
+    merged, parent, none = (seen.headers for seen in server.seen)
+    assert merged["x-team"] == "search"  # kept
+    assert merged["x-trace"] == "2"  # replaced, whatever the case, sent once
+    assert merged["x-new"] == "n"
+    assert "x-gone" not in merged  # None removes it
+    assert (parent["x-trace"], parent["x-gone"]) == ("1", "soon")  # the parent is unchanged
+    assert not {"x-team", "x-trace", "x-gone"} & set(none)
+    assert none["x-api-key"] == API_KEY
+
+
 # -- ids cannot change the path ------------------------------------------------------------------
 
 BAD_IDS: list[object] = [

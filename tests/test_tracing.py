@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,9 +24,18 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from asyncsearch import AsyncSearchClient, NotFoundError, _client
+from asyncsearch import (
+    APIConnectionError,
+    APITimeoutError,
+    AsyncSearchClient,
+    NotFoundError,
+    ResponseValidationError,
+    Timeout,
+    _client,
+)
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
+from .faults_helpers import Conn, RawRequest, raw_server, stall
 from .helpers import TIME_SCALE
 from .test_call_options import ANSWERS, _kind
 
@@ -65,6 +76,19 @@ def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
         await asyncio.sleep(0)
 
     monkeypatch.setattr(_client, "_sleep", fake_sleep)
+
+
+@pytest.fixture(autouse=True)
+def spans_never_touched_after_end(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Every test fails if the SDK complains of a span set, evented or ended after its end."""
+    caplog.set_level(logging.WARNING, logger="opentelemetry")
+    yield
+    complaints = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("opentelemetry") and "ended span" in r.getMessage()
+    ]
+    assert complaints == []
 
 
 def service(*, statuses: list[int] | None = None, pages: int = 1) -> Handler:
@@ -136,15 +160,36 @@ async def test_each_call_makes_one_client_span_named_for_its_method(
     assert not [t for t in texts if API_KEY in t or QUERY in t or "secret-page" in t]
 
 
+@pytest.mark.parametrize("raw", [False, True])
 async def test_a_search_span_has_its_page_and_hit_count(
-    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], raw: bool
 ) -> None:
     server = await serve(service())
     async with make_client(server) as client:
-        page = await client.search(QUERY, page=3)
+        if raw:
+            response = await client.with_raw_response.search(QUERY, page=3)
+            hits = len(json.loads(response.content)["hits"])
+        else:
+            hits = len((await client.search(QUERY, page=3)).hits)
     (span,) = spans()
     assert (span.attributes or {})["asyncsearch.search.page"] == 3
-    assert (span.attributes or {})["asyncsearch.search.hits"] == len(page.hits) > 0
+    assert (span.attributes or {})["asyncsearch.search.hits"] == hits > 0
+
+
+async def test_a_raw_search_whose_body_does_not_decode_still_answers(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"hits": "not a list"})
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        response = await client.with_raw_response.search(QUERY, page=2)
+    assert response.status_code == 200
+    (span,) = spans()
+    assert (span.attributes or {})["asyncsearch.search.page"] == 2
+    assert "asyncsearch.search.hits" not in (span.attributes or {})
+    assert span.status.status_code is StatusCode.UNSET
 
 
 async def test_retries_are_events_and_attempts_are_counted(
@@ -175,6 +220,39 @@ async def test_a_failed_call_records_its_error_type_and_status(
     assert span.status.status_code is StatusCode.ERROR
 
 
+async def _close_at_once(request: RawRequest, conn: Conn) -> bool:
+    return False  # the connection closes with no answer
+
+
+@pytest.mark.parametrize(
+    ("script", "error"), [(_close_at_once, APIConnectionError), (stall, APITimeoutError)]
+)
+async def test_a_call_failing_without_an_answer_ends_its_span_in_error(
+    spans: Callable[[], list[ReadableSpan]],
+    script: Callable[[RawRequest, Conn], Awaitable[bool]],
+    error: type[Exception],
+) -> None:
+    """A connection error or a timeout, retried once and failing again: ERROR, not UNSET."""
+    async with (
+        raw_server(script) as server,
+        AsyncSearchClient(
+            API_KEY, base_url=server.base_url, max_retries=1, timeout=Timeout(read=0.2)
+        ) as client,
+    ):
+        with pytest.raises(error) as caught:
+            await client.get_extraction(JOB_ID)
+    assert type(caught.value) is error
+    (span,) = spans()
+    attributes = span.attributes or {}
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == error.__name__
+    assert attributes["error.type"] == error.__name__
+    assert attributes["asyncsearch.attempts"] == 2
+    assert "http.response.status_code" not in attributes
+    (retry,) = span.events
+    assert (retry.attributes or {})["asyncsearch.retry.reason"] == error.__name__
+
+
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
     return [
         span
@@ -183,14 +261,19 @@ def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableS
     ]
 
 
+@pytest.mark.parametrize("embeddings", [True, False])
 @pytest.mark.parametrize("prefetch", [True, False])
 @pytest.mark.parametrize("walk", ["search_pages", "search_hits"])
 async def test_a_pager_makes_one_parent_with_a_child_per_page(
-    serve: Serve, spans: Callable[[], list[ReadableSpan]], walk: str, prefetch: bool
+    serve: Serve,
+    spans: Callable[[], list[ReadableSpan]],
+    walk: str,
+    prefetch: bool,
+    embeddings: bool,
 ) -> None:
     server = await serve(service(pages=3))
     async with make_client(server) as client:
-        pager = getattr(client, walk)(QUERY, prefetch=prefetch)
+        pager = getattr(client, walk)(QUERY, prefetch=prefetch, embeddings=embeddings)
         async with pager:
             got = [item async for item in pager]
     assert got
@@ -201,11 +284,71 @@ async def test_a_pager_makes_one_parent_with_a_child_per_page(
     assert [(span.attributes or {})["asyncsearch.search.page"] for span in children] == [1, 2, 3]
     assert len(spans()) == 4
     hits = len(json.loads(ANSWERS["search"])["hits"])
+    assert [(span.attributes or {})["asyncsearch.search.hits"] for span in children] == [hits] * 3
+    assert all(child.end_time <= parent.end_time for child in children)  # type: ignore[operator]
     pages = [dict(event.attributes or {}) for event in parent.events]
     assert pages == [
         {"asyncsearch.search.page": n, "asyncsearch.search.hits": hits} for n in (1, 2, 3)
     ]
     assert not [t for span in spans() for t in _texts(span) if QUERY in t or API_KEY in t]
+
+
+async def test_a_page_the_walk_never_decodes_still_ends_its_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]]
+) -> None:
+    """A service that ignores the page number: page 2 repeats page 1, is read only far enough to
+    see it, and is never decoded; its span ends with the walk's, with its hit count."""
+    body = json.loads(ANSWERS["search"])
+    body["hasMore"] = True
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(body)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        pages = [page async for page in client.search_pages(QUERY)]
+    assert len(pages) == 1
+    ended = spans()
+    (parent,) = [span for span in ended if span.name == "asyncsearch.search_pages"]
+    children = _children(ended, parent)
+    assert len(ended) == 3
+    assert [(s.attributes or {})["asyncsearch.search.page"] for s in children] == [1, 2]
+    assert [(s.attributes or {})["asyncsearch.search.hits"] for s in children] == [
+        len(body["hits"])
+    ] * 2
+    assert all(child.end_time <= parent.end_time for child in children)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("hits_first", [False, True])
+async def test_a_walk_page_that_does_not_decode_ends_its_span_in_error(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], hits_first: bool
+) -> None:
+    """Page 2's hit has a number for an id: its span ends in ERROR, whether the first bytes
+    told the walk there is no page 3 (then decoded at once) or not (then read by the view)."""
+    good = json.loads(ANSWERS["search"])
+    good["hasMore"] = True
+    bad: dict[str, Any] = {"total": 1, "hasMore": False, "hits": [{"id": 5}]}
+    if hits_first:
+        bad = {"hits": bad["hits"], "total": 1, "hasMore": False}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = json.loads(await request.read())["pagination"]["page"]
+        return web.json_response(good if page == 1 else bad)
+
+    server = await serve(handler)
+    async with make_client(server) as client:
+        with pytest.raises(ResponseValidationError):
+            async for _ in client.search_pages(QUERY):
+                pass
+    ended = spans()
+    (parent,) = [span for span in ended if span.name == "asyncsearch.search_pages"]
+    first, second = _children(ended, parent)
+    assert first.status.status_code is StatusCode.UNSET
+    assert (first.attributes or {})["asyncsearch.search.hits"] == len(good["hits"])
+    assert second.status.status_code is StatusCode.ERROR
+    assert (second.attributes or {})["error.type"] == "ResponseValidationError"
+    assert parent.status.status_code is StatusCode.ERROR
+    assert len(ended) == 3
 
 
 @pytest.mark.parametrize("bulk", ["gather_extractions", "iter_extractions"])
@@ -230,6 +373,29 @@ async def test_a_bulk_call_makes_one_parent_with_a_child_per_id(
     assert (parent.attributes or {})["asyncsearch.bulk.failed"] == 1
     # Every child ended before its parent.
     assert all(child.end_time <= parent.end_time for child in children)  # type: ignore[operator]
+
+
+async def test_the_readme_pattern_ends_each_span_once_and_never_touches_it_after(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``async with client.iter_extractions(...)`` around a loop that runs to the end: the walk
+    ends its span, then ``async with`` closes it and the finaliser runs: nothing more is done."""
+    caplog.set_level(logging.WARNING, logger="opentelemetry")
+    server = await serve(service(statuses=[404]))
+    async with make_client(server) as client:
+        async with client.iter_extractions(IDS, concurrency=2) as results:
+            async for _ in results:
+                pass
+        await results.aclose()
+        del results
+        gc.collect()
+    ended = spans()
+    warned = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert not [m for m in warned if "ended span" in m], warned
+    assert len({span.context.span_id for span in ended}) == len(ended) == 6
+    (parent,) = [span for span in ended if span.name == "asyncsearch.iter_extractions"]
+    assert (parent.attributes or {})["asyncsearch.bulk.ids"] == 5
+    assert (parent.attributes or {})["asyncsearch.bulk.failed"] == 1
 
 
 async def test_wait_for_extraction_is_a_parent_of_its_polls(

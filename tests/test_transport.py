@@ -185,6 +185,40 @@ async def test_the_pool_serves_waiters_in_order_and_a_cancelled_waiter_loses_no_
     assert arrived == [ids[0], ids[1], ids[3], ids[4]]  # first come, first served
 
 
+@pytest.mark.parametrize("raw", [False, True])
+async def test_cancelling_a_call_in_flight_gives_its_connection_back_to_the_pool(
+    serve: Serve, raw: bool
+) -> None:
+    """A call holding the only connection is cancelled while the server holds its answer: the
+    next call gets the connection at once (a lost one would end in PoolTimeoutError)."""
+    arrived = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if not arrived.is_set():
+            arrived.set()
+            await gate.wait()  # the first call's answer waits for the test
+        return job_answer()
+
+    server = await serve(handler)
+    try:
+        async with AsyncSearchClient(
+            API_KEY, base_url=server.base_url, max_connections=1, timeout=Timeout(pool=0.2)
+        ) as client:
+            calls = client.with_raw_response if raw else client
+            stuck = asyncio.create_task(calls.get_extraction(JOB_ID))
+            await arrived.wait()  # sent: it holds the pool's only connection
+            stuck.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await stuck
+            for _ in range(2):  # and the call after it gives it back in turn
+                job = await client.get_extraction(JOB_ID)
+                assert job.id == JOB_ID
+    finally:
+        gate.set()
+    assert len(server.seen) == 3
+
+
 # -- error bodies that cannot be decoded -----------------------------------------------------------
 
 

@@ -49,6 +49,17 @@ def narrow(result: ExtractionResult) -> str:
     return str(result.error)
 
 
+def narrow_as_the_readme_teaches(result: ExtractionResult) -> str:
+    # Issue 27: pyright did not narrow the README's `if result.ok:`; these forms narrow in both.
+    if isinstance(result, ExtractionSuccess):
+        assert_type(result.job, ExtractionJob)
+        return result.job.id
+    assert_type(result, ExtractionFailure)
+    match result:
+        case ExtractionFailure(error=error):
+            return str(error)
+
+
 async def calls(client: AsyncSearchClient) -> None:
     assert_type(await client.search("q", page=2, page_size=10), SearchPage)
     # One page type whatever embeddings= says: the vectors are decoded on first read, or None.

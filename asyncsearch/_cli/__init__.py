@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar, get_args
 
 from asyncsearch import ExtractionFormat, LinkType, Sort, __version__
+from asyncsearch._errors import install_hint
 
 from ._run import (
     ENV_API_KEY,
@@ -27,13 +28,12 @@ from ._run import (
     Command,
     error,
     run_command,
+    speak_flags,
 )
 
 __all__ = ["main"]
 
-INSTALL_HINT = (
-    f"{PROG}: the command line needs the 'cli' extra (rich): pip install 'asyncsearch[cli]'"
-)
+INSTALL_HINT = f"{PROG}: the command line needs the 'cli' extra (rich): {install_hint('cli')}"
 
 EXIT_STATUS_HELP = """\
 exit status:
@@ -75,11 +75,16 @@ are counted on stderr, ignored, and their ids fetched again. Keep the same optio
 resuming. --output - writes to stdout and cannot be resumed.
 
 --parquet FILE writes a Parquet file instead (the table of asyncsearch.arrow.extractions_table:
-job_id, state, extraction as JSON text, error; needs pyarrow), in row groups as results arrive,
-through FILE.partial, which is renamed over FILE however the run ends (done, Ctrl-C, an error);
-a killed run leaves FILE as it was. Resuming reads FILE, copies its rows into the new file and
-fetches only the ids it does not have; with --retry-failed its failed rows are left out and
-fetched again, so every id is in the file once.
+job_id, state, extraction as JSON text, error; needs pyarrow). It survives kill -9: every 1,000
+results are written as a finished part, FILE.parts/NNNNNNNN.parquet (fsynced, renamed into
+place); when the run ends in any way it handles (done, Ctrl-C, an error), FILE and the parts are
+merged into FILE (row groups of 16,384 rows) and the parts removed. Resuming reads the ids done
+from FILE and the finished parts and fetches only the others; with --retry-failed a failed id's
+new row replaces the failed one, so every id is in the file once.
+
+The output is never the input (IDS, also through a link), -o is refused onto a file that is not
+empty and not JSON Lines (e.g. a Parquet file: use --parquet), and an output that cannot be
+written is a usage error (exit 2).
 
 Ctrl-C (or SIGTERM): no new request is started, the requests in flight are awaited and written
 (for up to 15 seconds; Ctrl-C again stops at once), a summary is printed, and the exit status is
@@ -442,6 +447,13 @@ def _have_rich() -> bool:
     return True
 
 
+class _FlagsFormatter(logging.Formatter):
+    """Log lines of the library with its argument names said as the command's flags."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return speak_flags(super().format(record))
+
+
 def _configure_logging(verbosity: int) -> None:
     logger = logging.getLogger("asyncsearch")
     if verbosity <= 0:
@@ -450,7 +462,7 @@ def _configure_logging(verbosity: int) -> None:
         logger.addHandler(logging.NullHandler())
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_FlagsFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from asyncsearch import SearchFilters, SearchHit, image_data_url
 
+from ._outputs import check_not_input, check_writable
 from ._render import (
     hits_table,
     link_preview_table,
@@ -46,6 +47,10 @@ def _filters(args: argparse.Namespace) -> SearchFilters | None:
 async def search(ctx: Context) -> int:
     """``asyncsearch search``: walk the hits of a search, as a table or JSON lines."""
     args = ctx.args
+    if args.parquet is not None:
+        if args.image:
+            check_not_input(args.image, "--image", args.parquet, "--parquet")
+        check_writable(args.parquet, "--parquet", renamed=True)
     image = image_data_url(args.image) if args.image else None
     if args.resource_id:
         ctx.subject = f"resource {args.resource_id}"

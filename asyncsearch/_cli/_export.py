@@ -33,6 +33,7 @@ from rich.progress import (
 
 from asyncsearch import AuthenticationError, ExtractionResult
 
+from ._outputs import STDOUT, cannot_write, check_not_input, check_writable
 from ._render import stderr_console
 from ._run import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, Context, count
 
@@ -44,6 +45,8 @@ __all__ = ["extract_many"]
 #: After Ctrl-C or SIGTERM, how long the requests in flight may take before they are dropped.
 GRACE_SECONDS = 15.0
 CHUNK_SIZE = 64 * 1024
+#: The first bytes of a Parquet file: an easy slip is ``-o FILE.parquet`` for ``--parquet``.
+PARQUET_MAGIC = b"PAR1"
 
 
 class _LineHead(msgspec.Struct, rename="camel"):
@@ -67,17 +70,52 @@ class _Existing:
     cut_bytes: int = 0  # a partial last line, cut off
 
 
-def _scan(handle: IO[bytes]) -> _Existing:
-    """Read back an output file, cut a partial last line off, and leave it ready to append."""
+def _not_an_export(name: str, what: str) -> CommandError:
+    return CommandError(
+        f"{name} (--output) is not empty and not a JSON Lines file of extract-many ({what}); "
+        "it is left as it is: choose another --output file"
+        + (", or --parquet for a Parquet file" if "Parquet" in what else ""),
+        EXIT_USAGE,
+    )
+
+
+def _check_first_line(name: str, line: bytes, terminated: bool) -> None:
+    """Refuse a file whose first line is not a JSON object (the start of one, if cut short).
+
+    Only the first line decides: a line damaged later in a real export is reported and its id
+    fetched again, but a file that starts with something else (a list of ids, a CSV, a binary
+    file) is not an export, and cutting or appending to it would damage it.
+    """
+    if terminated:
+        try:
+            msgspec.json.decode(line, type=dict[str, Any])
+        except msgspec.DecodeError:
+            raise _not_an_export(name, "its first line is not a JSON object") from None
+    elif not line.lstrip().startswith(b"{"):
+        raise _not_an_export(name, "it does not start with a JSON object")
+
+
+def _scan(handle: IO[bytes], name: str) -> _Existing:
+    """Read back an output file, cut a partial last line off, and leave it ready to append.
+
+    ``CommandError`` (exit 2) for a non-empty file that is not JSON Lines, left untouched.
+    """
     found = _Existing()
+    handle.seek(0)
+    if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+        raise _not_an_export(name, "it is a Parquet file")
     handle.seek(0)
     end = 0  # where the last complete line ends
     unterminated = False
+    first = True
     for line in handle:
         terminated = line.endswith(b"\n")
         if not line.strip():
             end += len(line)
             continue
+        if first:
+            _check_first_line(name, line, terminated)
+            first = False
         try:
             head = _head_decoder.decode(line)
         except msgspec.DecodeError:
@@ -116,13 +154,14 @@ def _lock(handle: IO[bytes], name: str) -> None:
 
 
 def _open_output(name: str) -> tuple[IO[bytes], _Existing]:
+    check_writable(name, "--output")
     try:
         handle = open(name, "a+b")  # noqa: SIM115 - closed by the caller when the run ends
     except OSError as exc:
-        raise CommandError(f"cannot open the output file: {exc}", EXIT_USAGE) from None
+        raise cannot_write(name, "--output", exc.strerror or str(exc)) from None
     try:
         _lock(handle, name)
-        return handle, _scan(handle)
+        return handle, _scan(handle, name)
     except BaseException:
         handle.close()
         raise
@@ -365,6 +404,11 @@ async def extract_many(ctx: Context) -> int:
     """``asyncsearch extract-many``: fetch many jobs into a resumable JSON Lines file."""
     args = ctx.args
     client = ctx.client()  # a missing key or URL is reported before any file is touched
+    if args.parquet is not None:
+        check_not_input(args.ids, "IDS", args.parquet, "--parquet")
+        check_writable(args.parquet, "--parquet", renamed=True)
+    else:
+        check_not_input(args.ids, "IDS", args.output, "--output")
     chunks, countable = _open_ids(args.ids)
     out: IO[bytes] | None = None
     parquet = None
@@ -372,14 +416,12 @@ async def extract_many(ctx: Context) -> int:
         try:
             from ._parquet import ExtractionParquet
 
-            parquet = ExtractionParquet(
-                args.parquet, retry_failed=args.retry_failed, redact=ctx.redact
-            )
+            parquet = ExtractionParquet(args.parquet, redact=ctx.redact)
         except BaseException:
             chunks.close()
             raise
         existing = _Existing(state=parquet.state, lines=len(parquet.state))
-    elif args.output == "-":
+    elif args.output == STDOUT:
         out, existing = sys.stdout.buffer, _Existing()
     else:
         try:

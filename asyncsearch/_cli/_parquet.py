@@ -1,22 +1,48 @@
 """``--parquet FILE`` for ``search`` and ``extract-many``: the tables of ``asyncsearch.arrow``.
 
-A Parquet file can be read only once its footer is written, when it is closed. So a run writes
-``FILE.partial`` (row groups as pages or results arrive) and, when it ends in any way the command
-handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. A resumed
-``extract-many`` copies the rows of the ``FILE`` it finds into the new one first, then adds what
-it fetches. A run killed outright (SIGKILL, power loss) leaves ``FILE`` as the last run left it
-and only its ``.partial`` is lost.
+A Parquet file can be read only once its footer is written, when it is closed; so neither
+command ever writes into ``FILE`` itself: a new ``FILE`` is written aside, fsynced and renamed
+over it, and a reader sees the old file or the new one, never half of one.
+
+``search --parquet FILE`` writes ``FILE.partial`` and, when the walk ends in any way the command
+handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. A search killed
+outright (SIGKILL, power loss) leaves ``FILE`` as it was; run it again, or resume with ``--page``.
+
+``extract-many --parquet FILE`` survives ``kill -9``: every ``FLUSH_ROWS`` results are written as
+one finished part file, ``FILE.parts/NNNNNNNN.parquet``, each a complete Parquet file written
+under a temporary name (``.tmp``), fsynced, and atomically renamed, so a part either is whole or
+does not exist under its final name. When the run ends in any way the command handles, ``FILE``
+and the parts are merged into a new ``FILE`` (written aside, fsynced, renamed over it) and the
+parts removed. A run resumed after any end, ``kill -9`` included, takes the ids done from
+``FILE`` and from the finished parts (a leftover ``.tmp`` is an unfinished part: removed, its ids
+fetched again), so a kill loses only the results not yet in a finished part: at most
+``FLUSH_ROWS`` and the requests in flight. Of the rows of an id (``FILE`` first, then the parts in
+the order written) the last one wins, in the run's state and in the merge, so the final ``FILE``
+has every id once; also after a kill between renaming the merged file and removing the parts,
+or after ``--retry-failed`` added a new row for an id that had failed. ``FILE.parts/lock`` is
+held (``flock``) by the run, so a second run on the same ``FILE`` is refused.
+
+Row groups: a final file (``FILE`` of either command) is written in row groups of at least
+``ROWS_PER_GROUP`` rows (the last one smaller), or fewer once they hold ``MAX_GROUP_BYTES`` in
+memory (wide embeddings): few enough for a reader to plan around, and large enough to compress
+and scan well. A part is flushed after ``FLUSH_ROWS`` results, the
+trade-off being what a kill may lose, not how the file reads: parts are merged into
+``ROWS_PER_GROUP`` row groups at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from asyncsearch import ExtractionResult
+from asyncsearch._errors import install_hint
 
-from ._run import CommandError
+from ._outputs import cannot_write
+from ._run import EXIT_USAGE, CommandError
 
 try:
     import pyarrow as pa
@@ -25,17 +51,99 @@ try:
     from asyncsearch.arrow import EXTRACTION_SCHEMA, extraction_values, extractions_batch
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise CommandError(
-        f"--parquet needs pyarrow: pip install 'asyncsearch[arrow]' ({exc.name or exc} is missing)"
+        f"--parquet needs pyarrow: {install_hint('arrow')} ({exc.name or exc} is missing)"
     ) from exc
 
-__all__ = ["ExtractionParquet", "HitParquet"]
+__all__ = ["FLUSH_ROWS", "ROWS_PER_GROUP", "ExtractionParquet", "HitParquet"]
 
-#: Results per row group of ``extract-many``: small enough to keep little in memory.
-ROWS_PER_GROUP = 1_000
+#: Rows per row group of a finished file (at least; the last group holds the rest).
+ROWS_PER_GROUP = 16_384
+#: ...or fewer rows once they hold this many bytes in memory: 16,384 hits with both embeddings
+#: (512 + 768 float32) are about 84 MB, and a row group is held whole until it is written.
+MAX_GROUP_BYTES = 64 * 1024 * 1024
+#: Results of ``extract-many`` per finished part file: at most what a ``kill -9`` loses.
+FLUSH_ROWS = 1_000
+
+_PART_NAME = re.compile(r"^(\d{8})\.parquet$")
+_TEMPORARY = ".tmp"
+_LOCK_NAME = "lock"
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class _GroupedWriter:
+    """A ``ParquetWriter`` on ``handle`` that gathers batches into row groups of at least
+    ``rows_per_group`` rows, or of ``max_group_bytes`` bytes held, whichever comes first."""
+
+    def __init__(
+        self,
+        handle: IO[bytes],
+        rows_per_group: int = ROWS_PER_GROUP,
+        max_group_bytes: int = MAX_GROUP_BYTES,
+    ) -> None:
+        self._handle = handle
+        self._rows_per_group = rows_per_group
+        self._max_group_bytes = max_group_bytes
+        self._writer: pq.ParquetWriter | None = None
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
+        self._held_bytes = 0
+        self.rows = 0
+        self.row_groups = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self._held.append(batch)
+        self._held_rows += batch.num_rows
+        self._held_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self._held_rows >= self._rows_per_group or self._held_bytes >= self._max_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._held:
+            return
+        table = pa.Table.from_batches(self._held)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._handle, table.schema)
+        # One row group for everything held, however many pages or results it came from.
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self.row_groups += 1
+        self._held.clear()
+        self._held_rows = 0
+        self._held_bytes = 0
+
+    @property
+    def started(self) -> bool:
+        """Whether anything was written or is held."""
+        return self._writer is not None or bool(self._held)
+
+    def close(self, schema: pa.Schema | None) -> None:
+        """Write what is held and the footer; with nothing written, an empty file of ``schema``."""
+        self._flush()
+        if self._writer is None:
+            assert schema is not None
+            self._writer = pq.ParquetWriter(self._handle, schema)
+        self._writer.close()
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
 
 
 class _PartialFile:
-    """``FILE.partial``, locked, written by a ``ParquetWriter`` and renamed over ``FILE``."""
+    """``FILE.partial``, locked, written in row groups and renamed over ``FILE``."""
 
     def __init__(self, path: str) -> None:
         from ._export import _lock  # the JSON Lines export's lock: one run per output file
@@ -45,7 +153,10 @@ class _PartialFile:
         # Not "w": the file (another run's, or what a killed run left) is emptied only once
         # this run holds its lock; and not "a", whose tell() still reports the old size after
         # truncate().
-        fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise cannot_write(path, "--parquet", exc.strerror or str(exc)) from None
         self._handle: IO[bytes] = open(fd, "r+b")  # noqa: SIM115 - closed in close()
         try:
             _lock(self._handle, self.partial)
@@ -54,93 +165,208 @@ class _PartialFile:
             raise
         self._handle.truncate(0)
         self._handle.seek(0)
-        self._writer: pq.ParquetWriter | None = None
-        self.rows = 0
+        self._writer = _GroupedWriter(self._handle)
+
+    @property
+    def rows(self) -> int:
+        return self._writer.rows
 
     def write(self, batch: pa.RecordBatch) -> None:
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self._handle, batch.schema)
-        self._writer.write_batch(batch)
-        self.rows += batch.num_rows
+        self._writer.write(batch)
 
     def close(self, schema: pa.Schema | None) -> None:
         """Finish the file (an empty one with ``schema`` if nothing was written) and move it
         over ``FILE``; without a schema and rows, remove it and leave ``FILE`` as it was."""
         try:
-            if self._writer is None and schema is not None:
-                self._writer = pq.ParquetWriter(self._handle, schema)
-            if self._writer is not None:
-                self._writer.close()
-                self._handle.flush()
-                os.fsync(self._handle.fileno())
+            if self._writer.started or schema is not None:
+                self._writer.close(schema)
                 os.replace(self.partial, self.path)
+                _fsync_folder(os.path.dirname(os.path.abspath(self.path)))
             else:
                 os.unlink(self.partial)
         finally:
             self._handle.close()
 
 
-def _read_existing(path: str) -> Any:
-    """The table an earlier run left in ``path``, or None when there is none."""
-    if not os.path.exists(path):
-        return None
+def _not_resumable(path: str, why: str) -> CommandError:
+    return CommandError(
+        f"{path} is not a Parquet file this command can resume ({why}); move it away or "
+        "choose another --parquet file",
+        EXIT_USAGE,
+    )
+
+
+def _check_export(source: str, path: str) -> None:
+    """Refuse ``source`` (``path`` or one of its parts) unless it is an ``extract-many`` file."""
     try:
-        table = pq.read_table(path)
+        names = pq.read_schema(source).names
     except (OSError, pa.ArrowInvalid) as exc:
+        if source == path:
+            raise _not_resumable(path, str(exc)) from None
         raise CommandError(
-            f"{path} is not a Parquet file this command can resume ({exc}); move it away or "
-            "choose another --parquet file"
+            f"{source}, a finished part of {path}, cannot be read ({exc}); remove it to fetch "
+            "its ids again"
         ) from None
-    if table.schema.names != EXTRACTION_SCHEMA.names:
-        raise CommandError(
-            f"{path} has the columns {table.schema.names}, not those of extract-many "
-            f"({EXTRACTION_SCHEMA.names}); choose another --parquet file"
+    if names != EXTRACTION_SCHEMA.names:
+        raise _not_resumable(
+            source,
+            f"it has the columns {names}, not those of extract-many {EXTRACTION_SCHEMA.names}",
         )
-    return table.cast(EXTRACTION_SCHEMA)
+
+
+class _PartsFolder:
+    """``FILE.parts/``: the finished parts of ``extract-many``, and the lock of the run."""
+
+    def __init__(self, path: str) -> None:
+        from ._export import _lock  # the JSON Lines export's lock: one run per output file
+
+        self.path = path
+        self.folder = path + ".parts"
+        lock_path = os.path.join(self.folder, _LOCK_NAME)
+        for _ in range(10):
+            try:
+                # Not makedirs: a missing folder of FILE is the user's slip, never made here.
+                os.mkdir(self.folder)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise cannot_write(path, "--parquet", exc.strerror or str(exc)) from None
+            try:
+                handle = open(lock_path, "a+b")  # noqa: SIM115 - closed in release()
+            except FileNotFoundError:
+                continue  # the folder was just removed by a run that ended: make it again
+            except OSError as exc:
+                raise cannot_write(path, "--parquet", exc.strerror or str(exc)) from None
+            _lock(handle, path)
+            try:
+                held = os.fstat(handle.fileno())
+                current = os.stat(lock_path)
+            except FileNotFoundError:
+                handle.close()
+                continue
+            if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+                self._lock = handle
+                break
+            handle.close()  # a run that ended removed this lock file meanwhile: take the new one
+        else:  # pragma: no cover - ten runs ending in a row while this one starts
+            raise CommandError(f"could not lock {lock_path}; try again")
+
+    def finished(self) -> list[str]:
+        """The finished parts, in the order they were written."""
+        names = sorted(name for name in os.listdir(self.folder) if _PART_NAME.match(name))
+        return [os.path.join(self.folder, name) for name in names]
+
+    def remove_unfinished(self) -> None:
+        """Remove the parts a killed run did not finish (their ids are fetched again)."""
+        for name in os.listdir(self.folder):
+            if name.endswith(_TEMPORARY):
+                os.unlink(os.path.join(self.folder, name))
+
+    def next_number(self) -> int:
+        numbers = [_PART_NAME.match(os.path.basename(part)) for part in self.finished()]
+        return max((int(m.group(1)) for m in numbers if m), default=0) + 1
+
+    def write(self, number: int, table: pa.Table) -> None:
+        """Write a finished part: aside, fsynced, then renamed into place."""
+        final = os.path.join(self.folder, f"{number:08d}.parquet")
+        temporary = final + _TEMPORARY
+        with open(temporary, "wb") as handle:
+            pq.write_table(table, handle, row_group_size=max(table.num_rows, 1))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, final)
+        _fsync_folder(self.folder)
+
+    def release(self) -> None:
+        """Remove the lock and, when no part is left, the folder; then unlock."""
+        try:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.folder, _LOCK_NAME))
+                # Fails when parts are left (a failed merge): the folder is kept with them.
+                os.rmdir(self.folder)
+        finally:
+            self._lock.close()
+
+
+def _merge(sources: list[str], path: str, temporary: str) -> None:
+    """Write the last row of each id of ``sources`` (in order) to ``path``, via ``temporary``."""
+    last: dict[Any, tuple[int, int]] = {}
+    for index, source in enumerate(sources):
+        ids = pq.read_table(source, columns=["job_id"]).column("job_id").to_pylist()
+        for row, job_id in enumerate(ids):
+            last[job_id] = (index, row)
+    with open(temporary, "wb") as handle:
+        writer = _GroupedWriter(handle)
+        for index, source in enumerate(sources):
+            offset = 0
+            for batch in pq.ParquetFile(source).iter_batches(batch_size=ROWS_PER_GROUP):
+                ids = batch.column("job_id").to_pylist()
+                keep = [last[job_id] == (index, offset + row) for row, job_id in enumerate(ids)]
+                offset += batch.num_rows
+                if not all(keep):
+                    batch = batch.filter(pa.array(keep, pa.bool_()))
+                writer.write(batch.cast(EXTRACTION_SCHEMA))
+        writer.close(EXTRACTION_SCHEMA)
+    os.replace(temporary, path)
+    _fsync_folder(os.path.dirname(os.path.abspath(path)))
 
 
 class ExtractionParquet:
     """The Parquet output of ``extract-many``: ``EXTRACTION_SCHEMA``, one row per id."""
 
-    def __init__(self, path: str, *, retry_failed: bool, redact: Any) -> None:
-        existing = _read_existing(path)
+    def __init__(self, path: str, *, redact: Callable[[str], str]) -> None:
+        # --retry-failed needs nothing here: a failed id fetched again gets a later row, which
+        # wins over the failed one in the merge.
+        self.path = path
         self._redact = redact
-        #: id -> whether its row is a success, as an earlier run left them.
-        self.state: dict[str, bool] = {}
-        self._file = _PartialFile(path)
+        self._parts = _PartsFolder(path)
+        try:
+            sources = [path] if os.path.exists(path) else []
+            sources += self._parts.finished()
+            #: id -> whether its last row is a success, in FILE and the finished parts.
+            self.state: dict[str, bool] = {}
+            for source in sources:
+                _check_export(source, path)
+                table = pq.read_table(source, columns=["job_id", "error"])
+                ids = table.column("job_id").to_pylist()
+                ok = table.column("error").is_null().to_pylist()
+                self.state.update(zip(ids, ok, strict=True))
+            self._parts.remove_unfinished()
+            self._next_part = self._parts.next_number()
+        except BaseException:
+            self._parts.release()
+            raise
         self._pending: list[tuple[str, tuple[str | None, str | None, str | None]]] = []
-        if existing is not None:
-            ok = existing.column("error").is_null().to_pylist()
-            ids = existing.column("job_id").to_pylist()
-            self.state = dict(zip(ids, ok, strict=True))
-            # With --retry-failed, the failed rows are left out: their ids are fetched again,
-            # so that every id is in the file once.
-            keep = (
-                existing
-                if not retry_failed
-                else existing.filter(existing.column("error").is_null())
-            )
-            for batch in keep.to_batches(ROWS_PER_GROUP):
-                self._file.write(batch)
 
     def write(self, result: ExtractionResult) -> None:
         state, extraction, error = extraction_values(result.job, result.error)
         values = (state, extraction, None if error is None else self._redact(error))
         self._pending.append((str(result.job_id), values))
-        if len(self._pending) >= ROWS_PER_GROUP:
+        if len(self._pending) >= FLUSH_ROWS:
             self.flush()
 
     def flush(self) -> None:
+        """Write the results held as a finished part."""
         if self._pending:
             ids, values = zip(*self._pending, strict=True)
-            self._file.write(extractions_batch(ids, values))
+            batch = extractions_batch(ids, values)
+            self._parts.write(self._next_part, pa.Table.from_batches([batch]))
+            self._next_part += 1
             self._pending.clear()
 
     def close(self) -> None:
+        """Write what is held, merge ``FILE`` and the parts into ``FILE``, remove the parts."""
         try:
             self.flush()
+            parts = self._parts.finished()
+            if parts or not os.path.exists(self.path):
+                sources = ([self.path] if os.path.exists(self.path) else []) + parts
+                temporary = os.path.join(self._parts.folder, "merged.parquet" + _TEMPORARY)
+                _merge(sources, self.path, temporary)
+                for part in parts:
+                    os.unlink(part)
         finally:
-            self._file.close(EXTRACTION_SCHEMA)
+            self._parts.release()
 
 
 class HitParquet:

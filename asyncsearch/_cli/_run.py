@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ __all__ = [
     "count",
     "error",
     "run_command",
+    "speak_flags",
 ]
 
 ENV_API_KEY = "ASYNCSEARCH_API_KEY"
@@ -125,6 +127,15 @@ class Runtime:
                 loop.remove_signal_handler(signum)
 
 
+def _missing(what: str, env: str, option: str) -> str:
+    """Refuse a command that has no value for ``option`` from its flag or the environment."""
+    flag = "--" + option.replace("_", "-")
+    raise CommandError(
+        f"no {what}: set {env} or pass {flag} (for a local emulator, run '{PROG} serve')",
+        EXIT_USAGE,
+    )
+
+
 @dataclass
 class Context:
     """What a command gets: its arguments, the runtime, and what it asked the service for."""
@@ -138,21 +149,14 @@ class Context:
     def client(self) -> AsyncSearchClient:
         """The client from ``--api-key``/``--base-url``/``--base-id`` and the environment."""
         args = self.args
-        key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
-        if not key:
-            raise CommandError(
-                f"no API key: set {ENV_API_KEY} or pass --api-key "
-                f"(for a local emulator, run '{PROG} serve')",
-                EXIT_USAGE,
+        key, base_url = (
+            getattr(args, name, None) or os.environ.get(env) or _missing(what, env, name)
+            for name, env, what in (
+                ("api_key", ENV_API_KEY, "API key"),
+                ("base_url", ENV_BASE_URL, "service URL"),
             )
+        )
         self._key = key
-        base_url = getattr(args, "base_url", None) or os.environ.get(ENV_BASE_URL)
-        if not base_url:
-            raise CommandError(
-                f"no service URL: set {ENV_BASE_URL} or pass --base-url "
-                f"(for a local emulator, run '{PROG} serve')",
-                EXIT_USAGE,
-            )
         max_retries = getattr(args, "max_retries", None)
         timeout = getattr(args, "timeout", None)
         return AsyncSearchClient(
@@ -173,6 +177,39 @@ class Context:
 
 
 Command = Callable[[Context], Awaitable[int]]
+
+
+# The library's argument names, as its messages and logs say them, and the flags that set them.
+_FLAG_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        # The command line never sets first_page: its pages start at 1, as the service's do.
+        (r", the client's first_page,", ","),
+        (r"\bstart_page=(-?\d+)", r"--page \1"),
+        (r"\bstart_page\b", "--page"),
+        (r"\bpage_size=(\d+)", r"--page-size \1"),
+        (r"\bpage_size\b", "--page-size"),
+        (r"\bmax_items=(\d+)", r"--max-items \1"),
+        (r"\bmax_items\b", "--max-items"),
+        # search --parquet turns --max-items into a number of pages.
+        (r"\bat max_pages=(\d+)", r"after \1 pages (--max-items)"),
+        (r"\bmax_pages\b", "--max-items"),
+        (r"\bmax_retries\b", "--max-retries"),
+        (r"\bconcurrency( must|=)", r"--concurrency\1"),
+        (r"\bbase_url\b", "--base-url"),
+        (r"\bbase_id\b", "--base-id"),
+        (r"\bapi_key\b", "--api-key"),
+        (r"\bpass --api-key=", "pass --api-key"),
+    )
+)
+
+
+def speak_flags(text: str) -> str:
+    """A message of the library with its argument names said as the command's flags
+    (``start_page=2`` -> ``--page 2``)."""
+    for pattern, replacement in _FLAG_WORDS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _message_for(exc: AsyncSearchError, ctx: Context) -> tuple[str, int]:
@@ -216,7 +253,7 @@ def run_command(
         return exc.code
     except AsyncSearchError as exc:
         message, code = _message_for(exc, ctx)
-        error(ctx.redact(message))
+        error(ctx.redact(speak_flags(message)))
         return code
     except BrokenPipeError:
         # The reader went away (`asyncsearch search x --json | head`): stop quietly, and point

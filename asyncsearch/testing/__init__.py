@@ -103,7 +103,18 @@ milliseconds and ``Z`` (``2024-02-04T17:02:51.679Z``) everywhere. Seeded bases a
 Endpoints and the choices where the spec is silent
 ==================================================
 
-All answers are JSON (``application/json``); success is always 200.
+All answers are JSON (``application/json``); success is always 200. Every answer carries an
+``X-Request-Id`` (a new UUID each time), errors and injected faults included.
+
+Under load: decoding a body over 64 KiB (JSON, base64, the picture's SHA-256, the ranking)
+takes a few milliseconds of the event loop, and such bodies take turns, one per loop
+iteration, so other requests are answered between them; Pillow's decoding of a picture it
+recognises, and inflating a compressed body, run in one worker thread
+(``asyncsearch.emulator.worker``), whose work releases the GIL. Two hundred image searches of
+600,000 characters in flight leave a link preview answered in milliseconds.
+
+Request bodies may be sent with ``Content-Encoding: gzip`` (or ``x-gzip``), ``deflate`` (zlib
+or raw) or ``identity``; the emulator decodes them itself, within the body cap.
 
 ``POST /v2/search``
     - Both modes: the types the spec gives are required, ``null`` is accepted only for
@@ -118,15 +129,19 @@ All answers are JSON (``application/json``); success is always 200.
     - Scores are in [0, 1]. ``text``: ``0.7 * keyword + 0.3 * vector``, keyword = BM25 over
       name (weighted 3x), description and chunk text, divided by the best BM25 score in the
       base; vector = cosine similarity of ``small3_512`` vectors, clamped to [0, 1].
-      ``image``: cosine similarity with ``clip2`` (the data URL's bytes, read as Latin-1 text,
-      are embedded like text, so ``fake_image_data_url("red bicycle")`` finds resources about
-      red bicycles), raised for a resource added with ``image=`` to how alike the two pictures
-      are: 1.0 for identical bytes; with Pillow installed (the ``emulator`` extra), else 0,
-      the correlation of 16 x 16 grey thumbnails, capped at 0.99, so a re-encoded or resized
-      copy ranks the original first. Pictures Pillow cannot or will not decode (decompression
-      bombs) match by bytes only. No model, no download. ``resourceId``: cosine similarity
-      with that resource's ``small3_512``; the resource itself is left out; an unknown id is
-      a 404.
+      ``image``: cosine similarity with ``clip2`` (a fake image, at most 1,024 bytes of UTF-8
+      text, is embedded like that text, so ``fake_image_data_url("red bicycle")`` finds
+      resources about red bicycles; any other picture gets eight signed features drawn from the
+      SHA-256 of its bytes: microseconds per kilobyte, the same in every run), raised for a
+      resource added with ``image=`` to how alike the two pictures are: 1.0 for identical bytes;
+      with Pillow installed (the ``emulator`` extra), else 0, the correlation of 16 x 16 grey
+      thumbnails, capped at 0.99, so a re-encoded or resized copy ranks the original first.
+      Pictures Pillow cannot or will not decode (decompression bombs) match by bytes only. No
+      model, no download. ``image`` must be a base64 data URL of an ``image/<subtype>`` media
+      type (``data:text/plain;...`` is a 422 in both modes); its ``=`` padding is optional
+      (lenient; the spec says "base64" and no more) or required (strict). ``resourceId``: cosine
+      similarity with that resource's ``small3_512``; the resource itself is left out; an
+      unknown id is a 404.
     - Vectors come from a hashing embedder: each term (lower-cased, plural-folded, stopwords
       dropped) adds signed counts to hashed positions, plus its first four letters (so
       "invoicing" is near "invoice"). ``small3_512`` embeds name, description and chunks;
@@ -196,27 +211,46 @@ Every non-2xx answer has one body shape::
 ``queries[1].text``), query or path parameter (``format``, ``jobId``) or header, else null.
 
 - 400 ``bad_request``: an empty body, malformed JSON, a body that is not UTF-8, or one nesting
-  arrays and objects more than 128 levels deep (``_requests.MAX_BODY_DEPTH``).
-- 401 ``unauthorized``: ``X-Api-Key`` missing or wrong (compared in constant time).
+  arrays and objects more than 128 levels deep (``_requests.MAX_BODY_DEPTH``); a body that is
+  not what its ``Content-Encoding`` says (``field``: ``Content-Encoding``); more than one
+  ``X-Service-Base-Id`` header.
+- 401 ``unauthorized``: ``X-Api-Key`` missing, wrong (compared in constant time) or sent more
+  than once (which one would count is anybody's guess, so none does).
 - 404 ``not_found``: unknown job, log, resourceId or route.
-- 405 ``method_not_allowed`` (with ``Allow``).
+- 405 ``method_not_allowed`` (with ``Allow``): a method of RFC 9110 (or PATCH) that the route
+  does not serve. 501 ``not_implemented`` (with ``Allow`` when the path exists): any other
+  method aiohttp's parser lets through (``PROPFIND``).
 - 413 ``payload_too_large``: a body over 16,869,605 bytes (``_requests.MAX_BODY_BYTES``), the
   largest the spec's limits allow. The spec bounds text (255 characters) and image (600,000)
   but no array, so the computation assumes at most 16 ``queries`` elements and 100 values in
   each filter array, other strings (filter values, timestamps, sort values) of at most 64
   characters and numbers of at most 32; every bounded field at its limit, in compact JSON as
   ``json.dumps`` writes it (ASCII strings one byte per character, others 12, a surrogate
-  pair escape). Seventeen 600,000-character images fit.
-- 422 ``validation_error``, both modes: a body that is not an object, a wrong type, a value
-  past a limit (text over 255 characters; image over 600000 characters, not a base64 data
-  URL; precision outside [0, 1]), a UUID not fully matching the spec's pattern (lower-case,
-  version 1-8; a trailing newline too) in the body or path, an unknown ``format`` or
-  ``type``, a ``url`` that is not a URI, an empty ``X-Service-Base-Id``. Strict only: an
-  unknown field or query parameter, page below ``first_page``, pageSize outside 1-100, an
-  unknown ``sort`` value, an empty ``queries`` element, a filter date without a time, a
-  ``url`` that is not an absolute http(s) URI as RFC 3986 writes one.
+  pair escape). Seventeen 600,000-character images fit. A compressed body is capped once
+  inflated too.
+- 414 ``uri_too_long``: a request target over 8,190 bytes; 431 ``header_fields_too_large``:
+  a header name or value over 8,190 bytes, or more than 128 headers (aiohttp's defaults).
+- 415 ``unsupported_media_type`` (with ``Accept-Encoding: gzip, deflate``): a
+  ``Content-Encoding`` other than gzip, deflate or identity (``br``, ``zstd``).
+- 422 ``validation_error``, both modes: a body that is not an object, a wrong type, a value past
+  a limit (text over 255 characters; image over 600000 characters, not a base64 data URL of an
+  ``image/`` media type, or not valid base64; precision outside [0, 1]), a UUID not fully
+  matching the spec's pattern (lower-case, version 1-8; a trailing newline too) in the body or
+  path, an unknown ``format`` or ``type``, a ``url`` that is not a URI, an empty
+  ``X-Service-Base-Id``. Strict only: an unknown field or query parameter, page below
+  ``first_page``, pageSize outside 1-100, an unknown ``sort`` value, an empty ``queries``
+  element, a filter date without a time, a ``url`` that is not an absolute http(s) URI as RFC
+  3986 writes one, an image's base64 without its ``=`` padding.
+- 500 ``internal_error``: a bug of the emulator (its traceback is logged on the
+  ``asyncsearch.testing`` logger).
 - Injected faults: 429 ``rate_limited``, 500 ``internal_error``, 503 ``service_unavailable``
   (other scripted statuses get ``"error"`` or their usual code).
+
+What aiohttp answers itself, in plain text and before the application (so with no JSON body
+and no ``X-Request-Id``): requests its parser cannot parse, such as a method its C parser
+(llhttp) does not know (``FOO``; the pure-Python parser lets it through to the 501 above), a
+malformed request line, or a request line, header or header count past 8 times the limits
+above (the emulator raises aiohttp's own limits that far so that it answers up to then).
 
 Fault injection
 ===============

@@ -21,13 +21,14 @@ from collections.abc import Iterable
 __all__ = [
     "CLIP2",
     "CLIP2_DIM",
+    "FAKE_IMAGE_TEXT_BYTES",
     "SMALL3",
     "SMALL3_DIM",
     "STOPWORDS",
     "HashingEmbedder",
     "decode_data_url",
     "fake_image_data_url",
-    "image_tokens",
+    "image_counts",
     "tokenize",
 ]
 
@@ -36,6 +37,15 @@ CLIP2_DIM = 768
 
 _TOKEN_RE = re.compile(r"[^\W_]+")
 _DATA_URL_RE = re.compile(r"^data:([^,;]*)((?:;[^,;]*)*);base64,", re.ASCII)
+# RFC 2045 media type: type "/" subtype, each a token (any CHAR but specials, space, controls).
+_IMAGE_TYPE_RE = re.compile(r"image/[!#$%&'*+\-.^_`|~0-9A-Za-z]+", re.ASCII | re.IGNORECASE)
+#: Image bytes up to this length that are UTF-8 text are a fake image, embedded like text.
+FAKE_IMAGE_TEXT_BYTES = 1024
+# How many signed features a picture's digest gives its clip2 vector.
+_DIGEST_FEATURES = 8
+# The per-token feature cache is dropped when it grows past this, so that a long-running
+# emulator fed endless distinct words stays small.
+_FEATURE_CACHE_LIMIT = 1 << 16
 
 STOPWORDS = frozenset(
     [
@@ -207,6 +217,8 @@ class HashingEmbedder:
         """Return the (index, signed weight) pairs one token adds to a vector."""
         cached = self._cache.get(token)
         if cached is None:
+            if len(self._cache) >= _FEATURE_CACHE_LIMIT:
+                self._cache.clear()
             parts = [self._feature("w:" + token, 2)]
             if len(token) > 4:
                 parts.append(self._feature("p:" + token[:4], 1))
@@ -227,28 +239,60 @@ SMALL3 = HashingEmbedder(SMALL3_DIM, "small3_512")
 CLIP2 = HashingEmbedder(CLIP2_DIM, "clip2")
 
 
-def decode_data_url(value: str) -> bytes:
-    """Return the bytes of a base64 data URL; raise ValueError when it is not one."""
+def decode_data_url(value: str, *, require_padding: bool = False) -> bytes:
+    """Return the bytes of a base64 data URL of an image; raise ValueError when it is not one.
+
+    The media type must be ``image/<subtype>`` (parameters may follow). The payload is base64
+    with the standard alphabet; its ``=`` padding is optional unless ``require_padding``.
+    """
     match = _DATA_URL_RE.match(value)
     if match is None:
         raise ValueError("not a base64 data URL (data:<mime>;base64,<data>)")
+    if not _IMAGE_TYPE_RE.fullmatch(match.group(1)):
+        media_type = match.group(1) or "none (text/plain)"
+        raise ValueError(f"the data URL's media type must be image/<subtype>, not {media_type}")
+    payload = value[match.end() :]
+    unpadded = payload.rstrip("=")
+    missing = -len(unpadded) % 4
+    if require_padding and len(payload) % 4:
+        raise ValueError("the data URL's base64 payload must be padded with '=' to 4n characters")
+    if len(payload) - len(unpadded) > missing or missing == 3:
+        raise ValueError("the data URL's payload is not valid base64: wrong padding or length")
     try:
-        return base64.b64decode(value[match.end() :], validate=True)
+        return base64.b64decode(unpadded + "=" * missing, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"the data URL's payload is not valid base64: {exc}") from None
 
 
-def image_tokens(data: bytes) -> list[str]:
-    """Return the terms an image's bytes embed as: the bytes read as Latin-1 text, tokenized."""
-    return tokenize(data.decode("latin-1"))
+def image_counts(data: bytes, digest: bytes) -> dict[int, int]:
+    """Return the sparse ``clip2`` vector of an image query, from its bytes and their SHA-256.
+
+    A fake image (``fake_image_data_url``: at most ``FAKE_IMAGE_TEXT_BYTES`` of UTF-8 text) is
+    embedded like its text. Any other picture gets a few signed features drawn from its digest:
+    the same picture always gets the same vector, at the cost of hashing its bytes once.
+    """
+    if len(data) <= FAKE_IMAGE_TEXT_BYTES:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return CLIP2.counts(tokenize(text))
+    vector: dict[int, int] = {}
+    for i in range(_DIGEST_FEATURES):
+        value = int.from_bytes(digest[4 * i : 4 * i + 4], "big")
+        index = (value >> 1) % CLIP2_DIM
+        vector[index] = vector.get(index, 0) + (1 if value & 1 else -1)
+    return {i: v for i, v in vector.items() if v}
 
 
 def fake_image_data_url(content: str | bytes, mime: str = "image/png") -> str:
     """Return a fake image as a data URL, whose image search vector matches resources about
     ``content``.
 
-    The emulator embeds an image's bytes as if they were text, so an "image" made of the words
-    "red bicycle" finds resources whose name, description or caption talk about red bicycles.
+    The emulator embeds a short image that is UTF-8 text (up to ``FAKE_IMAGE_TEXT_BYTES``) as
+    that text, so an "image" made of the words "red bicycle" finds resources whose name,
+    description or caption talk about red bicycles.
     """
     raw = content.encode() if isinstance(content, str) else content
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"

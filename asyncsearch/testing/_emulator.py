@@ -3,32 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hmac
+import logging
 import re
 import secrets
 import time
+import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ParamSpec, Self, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 from aiohttp import web
 
 from . import _search
+from ._bodies import content_codings, decode_content, decode_json, too_large
+from ._embed import decode_data_url
 from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
 from ._faults import ENDPOINTS, FaultDecision, Faults
+from ._images import fingerprint, recognised
 from ._linkpreview import parse_preview, synthetic_preview
-from ._requests import (
-    MAX_BODY_BYTES,
-    MAX_BODY_DEPTH,
-    check_uuid,
-    nests_deeper_than,
-    parse_search,
-)
+from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
+from ._search import ImageQuery, SearchRequest
 from ._seed import seed_base, seed_pages
 from ._store import JobRecord, Store, Workspace, normalize_page_url, random_uuid, stable_uuid
 
@@ -41,6 +43,24 @@ __all__ = [
 ]
 
 API_KEY_HEADER = "X-Api-Key"
+#: Sent with every answer of the emulator, a new UUID each time.
+REQUEST_ID_HEADER = "X-Request-Id"
+#: The longest request target, header name and header value, and the most headers, the
+#: emulator answers (431 or 414 beyond, in JSON). aiohttp's parser, whose defaults these are,
+#: is given _PARSER_LIMIT_FACTOR times more, so that its plain-text 400 comes only far beyond.
+MAX_LINE_BYTES = 8190
+MAX_HEADERS = 128
+_PARSER_LIMIT_FACTOR = 8
+#: Bodies longer than this are decoded one at a time, one per turn of the event loop.
+LARGE_BODY_BYTES = 64 * 1024
+# Methods of RFC 9110 (and PATCH): one of them on a route that does not serve it is a 405;
+# any other method is a 501, since the emulator implements none.
+_KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+_log = logging.getLogger("asyncsearch.testing")
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 # Only the latest requests are kept (counts stay exact), so a long-running server stays small.
 MAX_RECORDED_REQUESTS = 100_000
 MAX_SEARCH_HISTORY = 10_000
@@ -246,6 +266,11 @@ class ServiceEmulator:
         self._port: int | None = None
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
+        # One thread for work that releases the GIL (inflating bodies, Pillow's decoders).
+        # Work that holds it (JSON, base64) stays on the loop: in a thread it would make the
+        # loop wait for the GIL after each of its socket calls, for up to the switch interval.
+        self._worker: ThreadPoolExecutor | None = None
+        self._large_body_turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.app = self._make_app()
         if seed is not None:
             self.seed(n_resources=n_resources, n_jobs=n_jobs, seed=seed)
@@ -338,7 +363,8 @@ class ServiceEmulator:
         root). ``image`` (bytes or a base64 data URL) is the resource's picture: an image search
         with the same bytes finds it with score 1.0, and with Pillow installed a re-encoded or
         resized copy finds it too. Raises ValueError for an unknown field (unless
-        ``strict=False``), a duplicate id or an image that is not a data URL.
+        ``strict=False``), a duplicate id or an image that is not a base64 data URL of an
+        ``image/`` media type.
         """
         given = {**(resource or {}), **fields}
         return self.store.add_resource(
@@ -438,9 +464,20 @@ class ServiceEmulator:
         # decided by _json_body itself: aiohttp releases disagree on whether a body of exactly
         # client_max_size bytes passes, so aiohttp's own cap only bounds memory, a little above.
         app = web.Application(
-            middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES + 64 * 1024
+            middlewares=[self._middleware],
+            client_max_size=MAX_BODY_BYTES + 64 * 1024,
+            handler_args={
+                # The emulator decodes gzip and deflate itself (see _bodies), to answer a body
+                # that is not what its Content-Encoding says, or an unknown coding, in JSON.
+                "auto_decompress": False,
+                "max_line_size": MAX_LINE_BYTES * _PARSER_LIMIT_FACTOR,
+                "max_field_size": MAX_LINE_BYTES * _PARSER_LIMIT_FACTOR,
+                "max_headers": MAX_HEADERS * _PARSER_LIMIT_FACTOR,
+            },
         )
         app[EMULATOR_KEY] = self
+        app.on_response_prepare.append(self._add_request_id)
+        app.on_cleanup.append(self._stop_worker)
         routes = [
             web.post("/v2/search", self._search, name="search"),
             web.get("/v2/extract/{jobId}", self._extract, name="extract"),
@@ -468,8 +505,30 @@ class ServiceEmulator:
         app.add_routes(self._listing_routes())
         return app
 
+    @staticmethod
+    async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+        # Every answer the app prepares passes here, errors and faults included; only what
+        # aiohttp's parser refuses before routing (see _check_protocol) does not.
+        response.headers[REQUEST_ID_HEADER] = str(uuid.uuid4())
+
+    async def _stop_worker(self, app: web.Application) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            # A job already running finishes in its thread; nobody waits for its result.
+            worker.shutdown(wait=False, cancel_futures=True)
+
+    async def _off_loop(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run work that releases the GIL in the emulator's worker thread."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="asyncsearch.emulator.worker")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, lambda: func(*args, **kwargs))
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        refused = self._check_protocol(request)
+        if refused is not None:
+            return _error(refused)
         name = request.match_info.route.name
         if name not in ENDPOINTS:
             return await self._answer(request, handler)
@@ -542,9 +601,41 @@ class ServiceEmulator:
             await stream.write(body[start : start + size])
         return stream
 
+    @staticmethod
+    def _check_protocol(request: web.Request) -> EmulatorHTTPError | None:
+        """Return the error for a request line, headers or method the emulator refuses.
+
+        aiohttp's parser answers itself, in plain text and before any of this runs, for what
+        it cannot parse: a method llhttp does not know (``FOO``), a malformed request, or a
+        line or header count past its raised limits (8 times the ones below).
+        """
+        if len(request.raw_path) > MAX_LINE_BYTES:
+            return EmulatorHTTPError(414, f"the request target is over {MAX_LINE_BYTES:,} bytes")
+        if len(request.raw_headers) > MAX_HEADERS:
+            return EmulatorHTTPError(431, f"the request has more than {MAX_HEADERS} headers")
+        for name, value in request.raw_headers:
+            if len(name) > MAX_LINE_BYTES or len(value) > MAX_LINE_BYTES:
+                shown = name[:40].decode("latin-1")
+                return EmulatorHTTPError(
+                    431, f"header {shown!r} is over {MAX_LINE_BYTES:,} bytes", field=shown
+                )
+        if request.method not in _KNOWN_METHODS:
+            headers = {}
+            routed = request.match_info.http_exception
+            if routed is not None and "Allow" in routed.headers:
+                headers["Allow"] = routed.headers["Allow"]
+            return EmulatorHTTPError(
+                501, f"method {request.method} is not implemented", headers=headers
+            )
+        return None
+
     async def _answer(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         try:
             self._authenticate(request)
+            if len(request.headers.getall(BASE_HEADER, ())) > 1:
+                raise EmulatorHTTPError(
+                    400, f"send one {BASE_HEADER} header, not several", field=BASE_HEADER
+                )
             return await handler(request)
         except EmulatorHTTPError as exc:
             return _error(exc)
@@ -554,11 +645,19 @@ class ServiceEmulator:
             if exc.status == 404:
                 message = f"no route for {request.method} {request.path}"
             return _json(error_body(exc.status, message), exc.status, headers)
+        except Exception:
+            # A bug of the emulator: still the service's JSON shape, and the traceback logged.
+            _log.exception("the emulator failed on %s %s", request.method, request.path)
+            return _json(error_body(500, "the emulator failed (its log has the traceback)"), 500)
 
     def _authenticate(self, request: web.Request) -> None:
-        given = request.headers.get(API_KEY_HEADER)
-        if given is None:
+        keys = request.headers.getall(API_KEY_HEADER, ())
+        if not keys:
             raise EmulatorHTTPError(401, f"missing {API_KEY_HEADER} header")
+        if len(keys) > 1:
+            # Which one would count is anybody's guess: refuse rather than pick the first.
+            raise EmulatorHTTPError(401, f"send one {API_KEY_HEADER} header, not {len(keys)}")
+        given = keys[0]
         # Constant-time comparison, like a real service, so timing says nothing about the key.
         if not hmac.compare_digest(given.encode(), self.api_key.encode()):
             raise EmulatorHTTPError(401, "invalid API key")
@@ -570,45 +669,64 @@ class ServiceEmulator:
             raise validation_error(f"{BASE_HEADER} must not be empty", BASE_HEADER)
         return base_id
 
-    @staticmethod
-    async def _json_body(request: web.Request) -> Any:
+    async def _read_body(self, request: web.Request) -> bytes:
+        """Return the request body with its content codings undone; 413, 415 or 400 if not."""
         declared = request.content_length
         if declared is not None and declared > MAX_BODY_BYTES:
-            raise _too_large()
+            raise too_large()
+        codings = content_codings(request.headers.getall("Content-Encoding", []))
         raw = await request.read()
         if len(raw) > MAX_BODY_BYTES:  # a chunked body declares no length
-            raise _too_large()
-        if not raw.strip():
-            raise EmulatorHTTPError(400, "the request body is empty; send a JSON object")
-        try:
-            body = msgspec.json.decode(raw)
-        except UnicodeDecodeError as exc:
-            # msgspec reports bad UTF-8 inside a string this way, not as a DecodeError.
-            bad = exc.object[exc.start]
-            raise EmulatorHTTPError(
-                400, f"the request body is not valid UTF-8 ({exc.reason}: byte {bad:#04x})"
-            ) from None
-        except msgspec.DecodeError as exc:
-            raise EmulatorHTTPError(400, f"the request body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise _too_deep() from None
-        # Decoding fails only where the stack runs out, a depth that varies with the Python
-        # version and the caller, and a body just short of it would exhaust the stack later
-        # (copied or encoded): a fixed cap instead. Fewer brackets than the cap cannot nest
-        # past it, which spares the walk for nearly every body.
-        if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and nests_deeper_than(
-            body, MAX_BODY_DEPTH
-        ):
-            raise _too_deep()
-        return body
+            raise too_large()
+        if not codings or not raw:
+            return raw
+        # Inflating releases the GIL, and a small body may inflate to the cap: always off-loop.
+        return await self._off_loop(decode_content, raw, codings)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, raw: bytes) -> AsyncIterator[None]:
+        """Work on a large body one at a time, and on one per iteration of the event loop.
+
+        An image search of 600,000 characters costs a few milliseconds of the loop (JSON,
+        base64, SHA-256, the ranking). Two hundred arriving together would otherwise run back
+        to back in one iteration, and every other request would wait for all of them.
+        """
+        if len(raw) <= LARGE_BODY_BYTES:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        if self._large_body_turn is None or self._large_body_turn[0] is not loop:
+            self._large_body_turn = (loop, asyncio.Lock())
+        async with self._large_body_turn[1]:
+            yield
+            # Keep the turn over one iteration, so the next large body waits for the next one.
+            await asyncio.sleep(0)
+
+    async def _json_body(self, request: web.Request) -> Any:
+        raw = await self._read_body(request)
+        async with self._turn(raw):
+            return decode_json(raw)
+
+    def _parse_search_body(self, raw: bytes) -> tuple[Any, SearchRequest]:
+        body = decode_json(raw)
+        return body, parse_search(body, first_page=self.first_page, strict=self.strict)
 
     # --------------------------------------------------------- service handlers
 
     async def _search(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
-        body = await self._json_body(request)
+        raw = await self._read_body(request)
+        async with self._turn(raw):
+            return await self._search_body(raw, base_id)
+
+    async def _search_body(self, raw: bytes, base_id: str | None) -> web.Response:
         started = time.perf_counter()
-        parsed = parse_search(body, first_page=self.first_page, strict=self.strict)
+        # An image search of 600,000 characters: its picture is hashed (microseconds per
+        # kilobyte), and only a picture Pillow recognises is decoded, in the worker thread.
+        body, parsed = self._parse_search_body(raw)
+        images = parsed.images_to_decode()
+        if images:
+            await self._off_loop(_prepare_images, images)
         index = self.store.base(base_id).index
         use_numpy = self.use_numpy if self.use_numpy is not None else _search.HAVE_NUMPY
         total, page = index.search(parsed, use_numpy=use_numpy)
@@ -809,14 +927,22 @@ class ServiceEmulator:
     async def _control_add_resource(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
         body = await self._control_body(request)
+        image = body.get("image")
         try:
-            resource = self.add_resource(
-                body.get("resource") or {},
+            if isinstance(image, str):
+                # Pillow decodes the picture in the worker thread, not on the event loop.
+                data = decode_data_url(image)
+                image = await self._off_loop(fingerprint, data) if recognised(data) else data
+            given = body.get("resource") or {}
+            if not isinstance(given, dict):
+                raise TypeError("resource must be an object")
+            resource = self.store.add_resource(
+                given,
                 base_id=base_id,
                 text=body.get("text"),
                 chunks=body.get("chunks"),
                 ancestors=body.get("ancestors"),
-                image=body.get("image"),
+                image=image,
                 strict=bool(body.get("strict", True)),
             )
         except (TypeError, ValueError) as exc:
@@ -931,14 +1057,6 @@ async def serve_forever(
         await asyncio.Event().wait()
 
 
-def _too_deep() -> EmulatorHTTPError:
-    return EmulatorHTTPError(
-        400, f"the request body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"
-    )
-
-
-def _too_large() -> EmulatorHTTPError:
-    return EmulatorHTTPError(
-        413,
-        f"the request body is over {MAX_BODY_BYTES:,} bytes, the largest the spec's limits allow",
-    )
+def _prepare_images(images: Sequence[ImageQuery]) -> None:
+    for image in images:
+        image.prepare()

@@ -30,7 +30,14 @@ try:
 except ImportError:  # pragma: no cover - exercised only where Pillow is absent
     HAVE_PILLOW = False
 
-__all__ = ["HAVE_PILLOW", "THUMBNAIL_SIDE", "ImageFingerprint", "fingerprint", "similarity"]
+__all__ = [
+    "HAVE_PILLOW",
+    "THUMBNAIL_SIDE",
+    "ImageFingerprint",
+    "fingerprint",
+    "recognised",
+    "similarity",
+]
 
 THUMBNAIL_SIDE = 16
 # A look-alike never reaches an identical copy's 1.0.
@@ -47,6 +54,23 @@ class ImageFingerprint:
     thumbnail: tuple[float, ...] | None = None
     mean: float = 0.0
     norm: float = 0.0
+
+
+def recognised(data: bytes) -> bool:
+    """Return True when Pillow is installed and recognises the bytes as a picture.
+
+    Reads the header only (microseconds): bytes it does not recognise are compared by their
+    digest alone, with no decoding to hand to another thread.
+    """
+    if not HAVE_PILLOW:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)):
+                return True
+    except Exception:
+        return False
 
 
 def _grey_thumbnail(data: bytes) -> bytes | None:
@@ -70,9 +94,13 @@ def _grey_thumbnail(data: bytes) -> bytes | None:
         return None
 
 
-def fingerprint(data: bytes) -> ImageFingerprint:
-    """Return the fingerprint image search compares for these image bytes."""
-    digest = hashlib.sha256(data).digest()
+def fingerprint(data: bytes, *, digest: bytes | None = None) -> ImageFingerprint:
+    """Return the fingerprint image search compares for these image bytes.
+
+    ``digest`` is their SHA-256 when the caller has it already.
+    """
+    if digest is None:
+        digest = hashlib.sha256(data).digest()
     levels = _grey_thumbnail(data)
     if levels is None:
         return ImageFingerprint(digest)

@@ -24,6 +24,7 @@ from ._search import (
     MAX_PAGE_SIZE,
     SORT_FIELDS,
     Filters,
+    ImageQuery,
     QuerySpec,
     SearchRequest,
     parse_timestamp,
@@ -288,7 +289,8 @@ def _element(
                 f"{sub('image')} must be at most {MAX_IMAGE_LENGTH} characters", sub("image")
             )
         try:
-            image = decode_data_url(image_url)
+            # The spec says "base64" and no more: padding is optional unless strict.
+            image = ImageQuery(decode_data_url(image_url, require_padding=strict))
         except ValueError as exc:
             raise validation_error(f"{sub('image')}: {exc}", sub("image")) from None
     if "resourceId" in data:

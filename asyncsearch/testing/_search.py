@@ -19,6 +19,7 @@ same order.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from array import array
 from collections import Counter
@@ -27,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ._embed import CLIP2, SMALL3, HashingEmbedder, image_tokens, tokenize
+from ._embed import CLIP2, SMALL3, HashingEmbedder, image_counts, tokenize
 from ._errors import not_found
-from ._images import ImageFingerprint, fingerprint, similarity
+from ._images import ImageFingerprint, fingerprint, recognised, similarity
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "SORT_FIELDS",
     "Filters",
+    "ImageQuery",
     "QuerySpec",
     "SearchIndex",
     "SearchRequest",
@@ -125,12 +127,65 @@ class Filters:
         )
 
 
+class ImageQuery:
+    """The picture of a query object: its bytes, their digest and ``clip2`` vector, and once
+    ``prepare``d, its fingerprint.
+
+    Equal (and hashed) by digest, so that the same search asked again is recognised. Building
+    one costs a SHA-256 of the bytes (microseconds per kilobyte); ``prepare`` decodes the
+    picture with Pillow, which the emulator does in its worker thread (Pillow's decoders
+    release the GIL, so the event loop keeps running meanwhile).
+    """
+
+    __slots__ = ("_fingerprint", "data", "digest", "vector")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.digest = hashlib.sha256(data).digest()
+        self.vector = image_counts(data, self.digest)
+        self._fingerprint: ImageFingerprint | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ImageQuery) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"ImageQuery({len(self.data)} bytes, sha256={self.digest.hex()[:12]}...)"
+
+    def needs_decoding(self) -> bool:
+        """Return True when only Pillow's decoding of a recognised picture is left to do.
+
+        Otherwise the fingerprint is complete now: bytes Pillow does not recognise (or no
+        Pillow) are compared by their digest alone.
+        """
+        if self._fingerprint is not None:
+            return False
+        if recognised(self.data):
+            return True
+        self._fingerprint = ImageFingerprint(self.digest)
+        return False
+
+    def prepare(self) -> None:
+        """Compute the fingerprint, once (in any thread: nothing else is shared)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.data, digest=self.digest)
+
+    @property
+    def fingerprint(self) -> ImageFingerprint:
+        """Return the fingerprint compared with added pictures (preparing it if needed)."""
+        self.prepare()
+        assert self._fingerprint is not None
+        return self._fingerprint
+
+
 @dataclass(frozen=True, slots=True)
 class QuerySpec:
     """One query object: the top-level one or an element of ``queries``."""
 
     text: str | None = None
-    image: bytes | None = None
+    image: ImageQuery | None = None
     resource_id: str | None = None
     filters: Filters = field(default_factory=Filters)
     precision: float = DEFAULT_PRECISION
@@ -147,6 +202,10 @@ class SearchRequest:
     sort_field: str
     sort_order: str
     incognito: bool | None = None
+
+    def images_to_decode(self) -> list[ImageQuery]:
+        """Return the request's pictures that Pillow still has to decode (see ``prepare``)."""
+        return [e.image for e in self.elements if e.image is not None and e.image.needs_decoding()]
 
 
 @dataclass(slots=True)
@@ -321,9 +380,10 @@ class SearchIndex:
         wire: dict[str, Any],
         chunks: list[dict[str, Any]],
         ancestors: Iterable[str],
-        image: bytes | None = None,
+        image: bytes | ImageFingerprint | None = None,
     ) -> IndexedResource:
-        """Index a resource's wire dict, its text chunks, its ancestor ids and its picture."""
+        """Index a resource's wire dict, its text chunks, its ancestor ids and its picture
+        (bytes, or their fingerprint)."""
         rid = wire["id"]
         if rid in self.by_id:
             raise ValueError(f"a resource with id {rid!r} already exists in this base")
@@ -366,7 +426,9 @@ class SearchIndex:
             visual_tokens.extend(tokenize(extra))
         self.clip2.append(visual_tokens)
         if image is not None:
-            self.images[doc.row] = fingerprint(image)
+            self.images[doc.row] = (
+                image if isinstance(image, ImageFingerprint) else fingerprint(image)
+            )
         self.docs.append(doc)
         self.by_id[rid] = doc
         return doc
@@ -475,11 +537,11 @@ class SearchIndex:
                     ]
                 )
         if spec.image is not None:
-            query = CLIP2.counts(image_tokens(spec.image))
+            query = spec.image.vector
             signal = _as_signal(self.clip2.similarities(query, use_numpy), use_numpy)
             if self.images:
                 # Pictures are compared in pure Python on both paths, so the scores match.
-                wanted = fingerprint(spec.image)
+                wanted = spec.image.fingerprint
                 for row, stored in self.images.items():
                     alike = similarity(wanted, stored)
                     if alike > signal[row]:

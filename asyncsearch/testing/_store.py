@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ._embed import decode_data_url
+from ._images import ImageFingerprint
 from ._search import SearchIndex
 
 __all__ = [
@@ -393,14 +394,15 @@ class Store:
         text: str | None = None,
         chunks: Sequence[str | Mapping[str, Any]] | None = None,
         ancestors: Iterable[str] | None = None,
-        image: bytes | str | None = None,
+        image: bytes | str | ImageFingerprint | None = None,
         strict: bool = True,
         ids: Callable[[], str] = random_uuid,
         now: str | None = None,
     ) -> dict[str, Any]:
         """Store a resource completed with defaults and return its wire dict (a copy).
 
-        ``image`` is the resource's picture for image search: its bytes, or a base64 data URL.
+        ``image`` is the resource's picture for image search: its bytes, a base64 data URL,
+        or its fingerprint computed beforehand (off the event loop).
         """
         for reserved in ("score", "chunks", "embeddings"):
             if reserved in given:
@@ -409,7 +411,7 @@ class Store:
                     "text= or chunks= instead"
                 )
         picture = decode_data_url(image) if isinstance(image, str) else image
-        if picture is not None and not isinstance(picture, bytes | bytearray):
+        if picture is not None and not isinstance(picture, bytes | bytearray | ImageFingerprint):
             raise TypeError("image must be bytes or a base64 data URL")
         given = dict(given)
         rid = given.pop("id", None) or ids()
@@ -429,9 +431,9 @@ class Store:
         chunk_dicts = make_chunks(chunks)
         if ancestors is None:
             ancestors = self._default_ancestors(wire)
-        self.base(base_id).index.add(
-            wire, chunk_dicts, ancestors, bytes(picture) if picture is not None else None
-        )
+        if isinstance(picture, bytes | bytearray):
+            picture = bytes(picture)  # a bytearray the caller could change later
+        self.base(base_id).index.add(wire, chunk_dicts, ancestors, picture)
         return copy.deepcopy(wire)
 
     @staticmethod
