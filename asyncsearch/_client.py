@@ -1169,17 +1169,8 @@ class AsyncSearchClient:
         The call's options (``SearchOptions``) apply to every page's request. Arguments are
         validated now, before anything is sent.
         """
-        return self._pager(
-            "pages",
-            text,
-            params,
-            start_page=start_page,
-            max_pages=max_pages,
-            max_items=None,
-            prefetch=prefetch,
-            dedupe=dedupe,
-            embeddings=embeddings,
-        )
+        walk = (start_page, max_pages, None, prefetch, dedupe, embeddings)
+        return self._pager(False, text, params, *walk)
 
     def search_hits(
         self,
@@ -1198,24 +1189,14 @@ class AsyncSearchClient:
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
         without fetching pages it does not need.
         """
-        return self._pager(
-            "items",
-            text,
-            params,
-            start_page=start_page,
-            max_pages=max_pages,
-            max_items=max_items,
-            prefetch=prefetch,
-            dedupe=dedupe,
-            embeddings=embeddings,
-        )
+        walk = (start_page, max_pages, max_items, prefetch, dedupe, embeddings)
+        return self._pager(True, text, params, *walk)
 
     def _pager(
         self,
-        mode: Literal["pages", "items"],
+        items: bool,
         text: str | None,
         all_params: SearchWalkCallParams,
-        *,
         start_page: int | None,
         max_pages: int | None,
         max_items: int | None,
@@ -1224,7 +1205,7 @@ class AsyncSearchClient:
         embeddings: bool,
     ) -> SearchPager[Any]:
         self._check_open()
-        function = "search_pages" if mode == "pages" else "search_hits"
+        function = "search_hits" if items else "search_pages"
         options = {k: v for k, v in all_params.items() if k in _SEARCH_OPTIONS}
         params = cast(
             SearchWalkParams, {k: v for k, v in all_params.items() if k not in _SEARCH_OPTIONS}
@@ -1255,7 +1236,7 @@ class AsyncSearchClient:
         return SearchPager(
             page_request,
             send,
-            items=mode == "items",
+            items=items,
             start_page=first,
             max_pages=max_pages,
             max_items=max_items,

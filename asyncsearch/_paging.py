@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 import msgspec
 
+from . import _concurrency as concurrency
 from . import _protocol as protocol
-from ._concurrency import (
-    PAGER_FETCH_TASK,
-    PAGER_PREFETCH_TASK,
-    AsyncClosing,
-    _cancel_from_finaliser,
-    _require_asyncio,
-    _wait_shielded,
-)
 from ._errors import InvalidRequestError, ResponseValidationError
-from ._models import SearchHitId, SearchPage, SearchPageHead
+from ._models import SearchPage, SearchPageHead
 from ._protocol import Request
 from ._tracing import CallSpan, LazySpan
 
@@ -62,6 +56,8 @@ class Answer(Protocol):
     def parse(self) -> SearchPage: ...
 
 
+#: What a walk decides on: a page's view, or the page (the same fields).
+Head = SearchPageHead | SearchPage
 #: Sends the request of one page under that page's span.
 Send = Callable[[Request[Any], CallSpan], Awaitable[Answer]]
 
@@ -70,24 +66,27 @@ def _read_head(answer: Answer) -> SearchPageHead:
     try:
         return protocol.search_page_head(answer.content)
     except ResponseValidationError:
-        # Raise the full decode's error: it names SearchPage and the attempts, and keeps the key
-        # out of the body. Should the full decode pass, the page itself gives the head.
-        page = answer.parse()
-        hits = [SearchHitId(id=hit.id) for hit in page.hits]
-        return SearchPageHead(total=page.total, has_more=page.has_more, hits=hits)
+        # Raise the full decode's error instead: it names SearchPage and the attempts, and keeps
+        # the key out of the body. (The view's fields are the page's: if one fails, both do.)
+        answer.parse()
+        raise
 
 
 async def _receive(
-    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int
-) -> tuple[Answer, SearchPageHead]:
-    """Send the request of page ``number`` under its span and read the page's head."""
+    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int, view: bool
+) -> tuple[Answer, Head]:
+    """Send the request of page ``number`` under its span and read the page's head.
+
+    With ``view`` the head is the view, the page is decoded later; without, the page itself
+    (nothing would overlap the decode, and one read of the body costs less than two).
+    """
     # A function, not a method: a pending task must not keep the pager alive, or a pager
     # dropped by a bare `break` would never be finalised and its prefetch would run on.
     request = page_request(number)
     with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
         answer = await send(request, span)
         span.answered(answer)  # type: ignore[arg-type]
-        head = _read_head(answer)
+        head = _read_head(answer) if view else answer.parse()
         span.set("asyncsearch.search.hits", len(head.hits))
     return answer, head
 
@@ -99,7 +98,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-class SearchPager(AsyncClosing, Generic[Y]):
+class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     """An async iterator over search pages (``search_pages``) or hits (``search_hits``).
 
     Also an async context manager with ``aclose()``. ``next_page`` is the page to resume from
@@ -127,8 +126,8 @@ class SearchPager(AsyncClosing, Generic[Y]):
         self._page_request = page_request
         self._send = send
         self._items = items
-        self._max_pages = max_pages
-        self._max_items = max_items
+        self._max_pages = sys.maxsize if max_pages is None else max_pages
+        self._max_items = sys.maxsize if max_items is None else max_items
         self._prefetch = bool(prefetch)
         self._dedupe = bool(dedupe)
         self._span = span
@@ -143,7 +142,7 @@ class SearchPager(AsyncClosing, Generic[Y]):
         self._stale_pages = 0
         self._buffer: deque[Any] = deque()  # search_hits: the hits of the current page left
         self._buffer_page = start_page
-        self._pending: asyncio.Task[tuple[Answer, SearchPageHead]] | None = None
+        self._pending: asyncio.Task[tuple[Answer, Head]] | None = None
         # The body of the page before stays referenced until the next one is read. Freed at
         # once, a multi-MB body is handed back to the OS by glibc's allocator and faulted back
         # in for the next read (measured: ~4x the minor page faults, 2-4 ms more system CPU).
@@ -220,24 +219,26 @@ class SearchPager(AsyncClosing, Generic[Y]):
                 raise StopAsyncIteration
             self._previous_ids = ids
             self._next_fetch = number + 1 if head.has_more else None
-            kept = self._kept(number, ids)  # positions of the hits to hand out; None: all
-            if kept == []:
+            kept = self._kept(number, ids)  # the positions of the hits to hand out
+            if not kept:
                 continue
             if self._prefetch and self._wants_more():
-                self._pending = self._spawn(cast(int, self._next_fetch), PAGER_PREFETCH_TASK)
+                self._pending = self._spawn(
+                    cast(int, self._next_fetch), concurrency.PAGER_PREFETCH_TASK
+                )
                 await self._head_start()
             page = answer.parse()  # the costly part, now that the next request is on the wire
             self._span.event(
                 "asyncsearch.page",
                 {"asyncsearch.search.page": number, "asyncsearch.search.hits": len(page.hits)},
             )
-            if kept is not None:
+            if len(kept) < len(ids):
                 page = msgspec.structs.replace(page, hits=[page.hits[i] for i in kept])
             return number, page
 
     def _capped(self, number: int | None) -> bool:
         """Whether a cap the caller asked for ends the walk before page ``number``."""
-        if self._max_items is not None and self._accepted >= self._max_items:
+        if self._accepted >= self._max_items:
             if self._cut or number is not None:
                 # DEBUG, not WARNING: the caller asked for this cap.
                 logger.debug(
@@ -247,18 +248,18 @@ class SearchPager(AsyncClosing, Generic[Y]):
                     self._resume,
                 )
             return True
-        capped = self._max_pages is not None and self._pages_fetched >= self._max_pages
-        if number is not None and capped:
-            logger.debug(
-                "stopped paging at max_pages=%d; more results remain (resume with start_page=%d)",
-                self._max_pages,
-                number,
-            )
-        return number is not None and capped
+        if number is None or self._pages_fetched < self._max_pages:
+            return False
+        logger.debug(
+            "stopped paging at max_pages=%d; more results remain (resume with start_page=%d)",
+            self._max_pages,
+            number,
+        )
+        return True
 
-    def _kept(self, number: int, ids: list[str]) -> list[int] | None:
-        """Apply ``dedupe`` and ``max_items`` to a page's hit ids: the positions kept, or None."""
-        kept: list[int] | None = None
+    def _kept(self, number: int, ids: list[str]) -> list[int]:
+        """Apply ``dedupe`` and ``max_items`` to a page's hit ids: the positions kept."""
+        kept = list(range(len(ids)))
         if self._dedupe:
             kept = []
             for position, hit_id in enumerate(ids):
@@ -279,32 +280,27 @@ class SearchPager(AsyncClosing, Generic[Y]):
                 self._resume = self._next_fetch
                 return kept
             self._stale_pages = 0
-            if len(kept) == len(ids):
-                kept = None
-        self._cut = False
-        count = len(ids) if kept is None else len(kept)
-        if self._max_items is not None and count > self._max_items - self._accepted:
-            count = self._max_items - self._accepted
-            kept = list(range(count)) if kept is None else kept[:count]
-            self._cut = True
-        self._accepted += count
+        self._cut = len(kept) > self._max_items - self._accepted
+        if self._cut:
+            kept = kept[: self._max_items - self._accepted]
+        self._accepted += len(kept)
         return kept
 
     def _wants_more(self) -> bool:
         """Whether the walk, as decided so far, fetches another page."""
         return (
             self._next_fetch is not None
-            and (self._max_pages is None or self._pages_fetched < self._max_pages)
-            and (self._max_items is None or self._accepted < self._max_items)
+            and self._pages_fetched < self._max_pages
+            and self._accepted < self._max_items
         )
 
-    async def _fetch(self, number: int) -> tuple[Answer, SearchPageHead]:
+    async def _fetch(self, number: int) -> tuple[Answer, Head]:
         # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
         # cancel it; and it is waited for with asyncio.wait, not `await task`, so that such a
         # cancellation reads as the end of the walk here, not as this task being cancelled.
         task = self._pending
         if task is None:
-            task = self._pending = self._spawn(number, PAGER_FETCH_TASK)
+            task = self._pending = self._spawn(number, concurrency.PAGER_FETCH_TASK)
         await asyncio.wait({task})
         self._pending = None
         if task.cancelled() and self._done:
@@ -313,9 +309,10 @@ class SearchPager(AsyncClosing, Generic[Y]):
         self._held = answer.content
         return answer, head
 
-    def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, SearchPageHead]]:
-        _require_asyncio()  # before the coroutine is made, so it is not left never awaited
-        receive = _receive(self._page_request, self._send, self._span, number)
+    def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, Head]]:
+        # Checked before the coroutine is made, so that it is not left never awaited.
+        concurrency._require_asyncio()
+        receive = _receive(self._page_request, self._send, self._span, number, self._prefetch)
         task = asyncio.create_task(receive, name=name)
         task.add_done_callback(_retrieve)
         return task
@@ -333,7 +330,7 @@ class SearchPager(AsyncClosing, Generic[Y]):
         self._buffer.clear()
         if task is not None and not task.done():
             task.cancel()
-            await _wait_shielded({task})
+            await concurrency._wait_shielded({task})
 
     async def aclose(self) -> None:
         """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""
@@ -345,7 +342,7 @@ class SearchPager(AsyncClosing, Generic[Y]):
         # (getattr: __init__ may have raised before setting anything.)
         task = getattr(self, "_pending", None)
         if task is not None and not self._done:
-            _cancel_from_finaliser(task)
+            concurrency._cancel_from_finaliser(task)
         span = getattr(self, "_span", None)
         if span is not None:
             span.end()

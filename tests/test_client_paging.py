@@ -388,28 +388,30 @@ async def test_a_request_is_in_flight_while_the_caller_holds_a_page_only_with_pr
     assert searches(server) == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
 @pytest.mark.parametrize("order", ["spec order", "hits first"])
 async def test_the_walk_decides_on_one_view_of_each_page_in_any_key_order(
-    serve: Serve, monkeypatch: pytest.MonkeyPatch, order: str
+    serve: Serve, monkeypatch: pytest.MonkeyPatch, order: str, prefetch: bool
 ) -> None:
-    views = 0
+    reads = {"view": 0, "page": 0}
 
-    def count_view() -> None:
-        nonlocal views
-        views += 1
+    def count(kind: str) -> Callable[[], None]:
+        def counted() -> None:
+            reads[kind] += 1
 
-    monkeypatch.setattr(
-        _protocol,
-        "_search_page_head_decoder",
-        _DecoderSpy(_protocol._search_page_head_decoder, count_view),
-    )
+        return counted
+
+    for name, kind in (("_search_page_head_decoder", "view"), ("_search_page_decoder", "page")):
+        monkeypatch.setattr(_protocol, name, _DecoderSpy(getattr(_protocol, name), count(kind)))
     server = await serve(paged_search(50, hits_first=order == "hits first"))
     async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
-        ids = [h.id async for h in client.search_hits("q", page_size=10)]
+        walk = client.search_hits("q", page_size=10, prefetch=prefetch)
+        ids = [h.id async for h in walk]
     assert ids == [f"hit-{i}" for i in range(50)]
     assert searches(server) == [1, 2, 3, 4, 5]
-    # One view a page, whether the page says hasMore before its hits or after them.
-    assert views == 5
+    # One view a page, whether the page says hasMore before its hits or after them; without
+    # prefetch nothing overlaps the decode, so the walk decides on the page itself.
+    assert reads == {"view": 5 if prefetch else 0, "page": 5}
 
 
 def misleading_first_page(case: str) -> bytes:
