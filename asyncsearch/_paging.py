@@ -1,10 +1,12 @@
 """The one page walker: ``SearchPager``, what ``search_pages`` and ``search_hits`` return.
 
-A walk fetches page ``n`` in a task, reads its head (``SearchPageHead``: ``total``, ``hasMore``
-and the hit ids, msgspec skipping the rest) and decides everything on it: the end, the
-repeated-page guard, ``dedupe``, the caps. Only then, with the request for page ``n + 1``
-already on the wire, is page ``n`` decoded in full and handed out. The client hands in how to
-build the request of page ``n`` and how to send it; nothing here imports the client.
+A walk fetches page ``n`` in a task and decides everything on the page itself: the end, the
+repeated-page guard, ``dedupe``, the caps. The request for page ``n + 1`` goes out before page
+``n`` is decoded: the moment it arrives when the fields before its hits say ``hasMore``
+(``search_page_continues``: msgspec, on a compact page in the spec's order), else once
+msgspec's view of it (``SearchPageHead``: ``total``, ``hasMore``, the hit ids) has decided.
+The client hands in how to build the request of page ``n`` and how to send it; nothing here
+imports the client.
 
 Every fetch runs as a named task (``asyncsearch.pager.fetch``, or ``asyncsearch.pager.prefetch``
 when it was sent ahead), so that ``aclose()`` from another task and the finaliser of a pager
@@ -73,22 +75,26 @@ def _read_head(answer: Answer) -> SearchPageHead:
 
 
 async def _receive(
-    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int, view: bool
-) -> tuple[Answer, Head]:
-    """Send the request of page ``number`` under its span and read the page's head.
-
-    With ``view`` the head is the view, the page is decoded later; without, the page itself
-    (nothing would overlap the decode, and one read of the body costs less than two).
-    """
+    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int
+) -> tuple[Answer, CallSpan]:
+    """Send the request of page ``number``; its span is left open for the page's hit count."""
     # A function, not a method: a pending task must not keep the pager alive, or a pager
     # dropped by a bare `break` would never be finalised and its prefetch would run on.
     request = page_request(number)
     with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
+        span.hold()
         answer = await send(request, span)
         span.answered(answer)  # type: ignore[arg-type]
-        head = _read_head(answer) if view else answer.parse()
-        span.set("asyncsearch.search.hits", len(head.hits))
-    return answer, head
+    return answer, span
+
+
+async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
+    """Cancel a fetch and wait for it; the span of a page received but never read ends too."""
+    if not task.done():
+        task.cancel()
+        await concurrency._wait_shielded({task})
+    if not task.cancelled() and task.exception() is None:
+        task.result()[1].end()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -140,9 +146,9 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._previous_ids: list[str] | None = None
         self._seen: set[str] = set()
         self._stale_pages = 0
-        self._buffer: deque[Any] = deque()  # search_hits: the hits of the current page left
+        self._buffer: deque[Any] = deque()  # what is left to hand out of the current page
         self._buffer_page = start_page
-        self._pending: asyncio.Task[tuple[Answer, Head]] | None = None
+        self._pending: asyncio.Task[tuple[Answer, CallSpan]] | None = None
         # The body of the page before stays referenced until the next one is read. Freed at
         # once, a multi-MB body is handed back to the OS by glibc's allocator and faulted back
         # in for the next read (measured: ~4x the minor page faults, 2-4 ms more system CPU).
@@ -176,17 +182,13 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             raise RuntimeError("this pager is already being iterated by another task")
         self._running = True
         try:
-            if not self._items:
-                number, page = await self._take()
-                self._resume = number if self._cut else self._next_fetch
-                return cast(Y, page)
             while not self._buffer:
                 self._buffer_page, page = await self._take()
-                self._buffer.extend(page.hits)
-            hit = self._buffer.popleft()
+                self._buffer.extend(page.hits if self._items else (page,))
+            item = self._buffer.popleft()
             if not self._buffer:
                 self._resume = self._buffer_page if self._cut else self._next_fetch
-            return cast(Y, hit)
+            return cast(Y, item)
         except BaseException as exc:
             # Whatever escapes ends the walk: the end, an error, the caller's cancellation.
             await self._end()
@@ -201,8 +203,25 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             number = self._next_fetch
             if self._capped(number) or number is None:
                 raise StopAsyncIteration
-            answer, head = await self._fetch(number)
+            answer, span = await self._fetch(number)
             self._pages_fetched += 1
+            try:
+                early = self._sends_early(answer.content)
+                if early:
+                    # Sent before anything of this page is read; cancelled below if the page
+                    # ends the walk after all.
+                    self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
+                    await self._head_start()
+                self._held = answer.content
+                # The view, to send the next request before the decode; once it is sent, or
+                # without prefetch, nothing is gained by it: one read of the body, not two.
+                view = self._prefetch and not early
+                head: Head = _read_head(answer) if view else answer.parse()
+                span.set("asyncsearch.search.hits", len(head.hits))
+            except BaseException as exc:
+                span.end(exc)
+                raise
+            span.end()
             self._total = head.total
             ids = [hit.id for hit in head.hits]
             if not ids or ids == self._previous_ids:
@@ -220,13 +239,14 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             self._previous_ids = ids
             self._next_fetch = number + 1 if head.has_more else None
             kept = self._kept(number, ids)  # the positions of the hits to hand out
+            if not self._wants_more() and self._pending is not None:
+                await _stop(self._pending)  # sent early for a page the walk does not need
+                self._pending = None
+            elif self._prefetch and self._wants_more() and self._pending is None:
+                self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
+                await self._head_start()
             if not kept:
                 continue
-            if self._prefetch and self._wants_more():
-                self._pending = self._spawn(
-                    cast(int, self._next_fetch), concurrency.PAGER_PREFETCH_TASK
-                )
-                await self._head_start()
             page = answer.parse()  # the costly part, now that the next request is on the wire
             self._span.event(
                 "asyncsearch.page",
@@ -286,6 +306,23 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._accepted += len(kept)
         return kept
 
+    def _sends_early(self, body: bytes) -> bool:
+        """Whether the next page is wanted whatever else this page holds, as far as known.
+
+        Known when the page's first bytes say ``hasMore`` and that it has hits, and no cap,
+        ``dedupe`` or a repeated page (the same bytes as the one before) could end the walk here.
+        """
+        size = len(self._previous_ids or ())  # this page's expected size: the last one's
+        return (
+            self._prefetch
+            and self._pages_fetched < self._max_pages
+            and self._accepted + size < self._max_items
+            and (size > 0 or self._max_items == sys.maxsize)
+            and not (self._dedupe and self._stale_pages + 1 >= _MAX_STALE_PAGES)
+            and body != self._held
+            and protocol.search_page_continues(body)
+        )
+
     def _wants_more(self) -> bool:
         """Whether the walk, as decided so far, fetches another page."""
         return (
@@ -294,7 +331,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             and self._accepted < self._max_items
         )
 
-    async def _fetch(self, number: int) -> tuple[Answer, Head]:
+    async def _fetch(self, number: int) -> tuple[Answer, CallSpan]:
         # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
         # cancel it; and it is waited for with asyncio.wait, not `await task`, so that such a
         # cancellation reads as the end of the walk here, not as this task being cancelled.
@@ -305,14 +342,12 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._pending = None
         if task.cancelled() and self._done:
             raise StopAsyncIteration
-        answer, head = task.result()
-        self._held = answer.content
-        return answer, head
+        return task.result()
 
-    def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, Head]]:
+    def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, CallSpan]]:
         # Checked before the coroutine is made, so that it is not left never awaited.
         concurrency._require_asyncio()
-        receive = _receive(self._page_request, self._send, self._span, number, self._prefetch)
+        receive = _receive(self._page_request, self._send, self._span, number)
         task = asyncio.create_task(receive, name=name)
         task.add_done_callback(_retrieve)
         return task
@@ -328,9 +363,8 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._done = True
         task, self._pending = self._pending, None
         self._buffer.clear()
-        if task is not None and not task.done():
-            task.cancel()
-            await concurrency._wait_shielded({task})
+        if task is not None:
+            await _stop(task)
 
     async def aclose(self) -> None:
         """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""

@@ -87,6 +87,7 @@ __all__ = [
     "request_id",
     "same_origin",
     "search",
+    "search_page_continues",
     "search_page_head",
     "status_error",
     "validate_id",
@@ -394,6 +395,29 @@ def search_page_head(body: bytes) -> SearchPageHead:
     """
     # About a third of the time of the full decode of a page with embeddings.
     return decode_body(_search_page_head_decoder, body)
+
+
+class _SearchPageStart(msgspec.Struct, rename="camel"):
+    total: int
+    has_more: bool
+
+
+_search_page_start_decoder = msgspec.json.Decoder(_SearchPageStart)
+
+
+def search_page_continues(body: bytes) -> bool:
+    """Whether a search answer says ``hasMore`` and holds hits, read from its first bytes only.
+
+    The service writes ``total``, ``hasMore``, then ``hits``: the fields before ``"hits":`` are
+    decoded by msgspec as an object of their own, and ``hits`` must open with a hit. Any other
+    shape (another key order, spaces, a nested ``hits``) reads ``False``: only a hint, on which
+    a walk sends the next request before it reads the page; the page's view still decides.
+    """
+    cut = body.find(b'"hits":[{', 0, 256)
+    try:
+        return cut > 0 and _search_page_start_decoder.decode(body[:cut] + b'"_":0}').has_more
+    except msgspec.DecodeError:
+        return False
 
 
 def _parse_extraction_job(body: bytes) -> ExtractionJob:

@@ -110,17 +110,24 @@ class CallSpan:
         ``event`` do nothing.
         """
 
+    def hold(self) -> None:
+        """Leave the span open when its ``with`` block exits without an error, for ``end()``.
+
+        So what is learnt later (a page's hit count) can be set first.
+        """
+
 
 NO_SPAN = CallSpan()
 
 
 class _Recording(CallSpan):
-    __slots__ = ("_ended", "_span", "_token")
+    __slots__ = ("_ended", "_held", "_span", "_token")
 
     def __init__(self, span: Span) -> None:
         self._span = span
         self._token: object = None
         self._ended = False
+        self._held = False
 
     def __enter__(self) -> CallSpan:
         # Current while the request runs: spans of an instrumented aiohttp nest under it.
@@ -136,6 +143,8 @@ class _Recording(CallSpan):
         if self._token is not None:
             _context.detach(self._token)
             self._token = None
+        if self._held and exc is None:
+            return
         self.end(exc)
 
     @property
@@ -166,6 +175,9 @@ class _Recording(CallSpan):
     def set(self, name: str, value: Any) -> None:
         if not self._ended:
             self._span.set_attribute(name, value)
+
+    def hold(self) -> None:
+        self._held = True
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         if not self._ended:

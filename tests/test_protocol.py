@@ -644,3 +644,41 @@ def test_the_page_head_agrees_with_the_full_decode_in_any_key_order(
 def test_a_page_head_that_does_not_fit_is_a_validation_error(body: bytes) -> None:
     with pytest.raises(ResponseValidationError):
         protocol.search_page_head(body)
+
+
+# -- search_page_continues: a hint from the first bytes, on which a walk sends ahead ----------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"total":3,"hasMore":true,"hits":[' + HIT + b"]}", True),
+        (b'{"total":3,"hasMore":false,"hits":[' + HIT + b"]}", False),
+        (b'{"total":0,"hasMore":true,"hits":[]}', False),  # an empty page ends the walk
+        (b'{"hits":[' + HIT + b'],"total":3,"hasMore":true}', False),  # the view decides
+        (b'{"total":3,"hasMore":true,"hits": [' + HIT + b"]}", False),
+        # A hits key inside an earlier field, or hasMore inside a hit, is never the page's.
+        (b'{"meta":{"hits":[{"id":"x"}]},"hasMore":true}', False),
+        (b'{"total":3,"hits":[{"id":"h","hasMore":true}]}', False),
+        (b'{"note":"a \\"hits\\":[{","total":3,"hasMore":true,"hits":[' + HIT + b"]}", True),
+        (b'{"total":3,"hasMore":1,"hits":[' + HIT + b"]}", False),  # not a boolean
+        (b'{"total":3,"hits":[' + HIT + b"]}", False),  # no hasMore
+        (b'{"total":3,"hasMore":true,"hits":[{', True),  # cut short: the view will say
+        (b"", False),
+        (b"[]", False),
+    ],
+)
+def test_search_page_continues_reads_the_fields_before_the_hits(
+    body: bytes, expected: bool
+) -> None:
+    assert protocol.search_page_continues(body) is expected
+
+
+def test_search_page_continues_agrees_with_the_view_when_it_says_more() -> None:
+    # Answers with total, hasMore and hits in the order the spec lists them, as the emulator sends.
+    for has_more in (True, False):
+        for n_hits in (0, 1, 3):
+            hits = [{"id": f"h{i}", "name": "x", "score": 0.5} for i in range(n_hits)]
+            body = msgspec.json.encode({"total": 9, "hasMore": has_more, "hits": hits})
+            head = protocol.search_page_head(body)
+            assert protocol.search_page_continues(body) is (head.has_more and bool(head.hits))
