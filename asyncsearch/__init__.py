@@ -5,7 +5,7 @@
 
 ``__all__`` holds what a user calls, catches or annotates. Every Struct of the wire format
 (the parts of a hit, of a job, ...) is in ``asyncsearch.models``; the generic machinery behind
-the bulk and paging methods (``fan_out``, ``Pager``, ...) is in ``asyncsearch.concurrency``.
+the bulk methods (``fan_out``, ...) is in ``asyncsearch.concurrency``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ._client import (
     ExtractionSuccess,
     OptionChanges,
     RawResponseClient,
-    SearchPager,
 )
 from ._concurrency import RetryBudget
 from ._config import RequestOptions, SearchOptions, Timeout
@@ -60,6 +59,7 @@ from ._models import (
     WebhookLog,
     WebhookLogSummary,
 )
+from ._paging import SearchPager
 from ._protocol import SearchParams, image_data_url
 from ._version import __version__
 

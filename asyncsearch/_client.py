@@ -17,7 +17,6 @@ from collections.abc import (
     Mapping,
 )
 from dataclasses import dataclass, field
-from operator import attrgetter
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -43,7 +42,6 @@ from ._concurrency import (
     AsyncClosing,
     FanOut,
     Outcome,
-    Pager,
     RetryBudget,
     fan_out,
 )
@@ -77,12 +75,11 @@ from ._models import (
     LinkPreview,
     LinkType,
     SearchHit,
-    SearchHitId,
     SearchPage,
-    SearchPageHead,
     WebhookLog,
     WebhookLogSummary,
 )
+from ._paging import SearchPager
 from ._protocol import Request, Response, SearchParams, SearchWalkParams
 from ._tracing import ENV_TRACE_CONTENT, NO_SPAN, CallSpan, LazySpan, Tracing
 from ._transport import USER_AGENT, Transport, scrub_headers
@@ -100,7 +97,6 @@ __all__ = [
     "OptionChanges",
     "RawResponseClient",
     "SearchCallParams",
-    "SearchPager",
     "SearchWalkCallParams",
 ]
 
@@ -543,41 +539,6 @@ class RawResponseClient:
 
     def __repr__(self) -> str:
         return f"<RawResponseClient of {self._client!r}>"
-
-
-class SearchPager(Pager[Y]):
-    """An async iterator over search pages (``search_pages``) or hits (``search_hits``).
-
-    Also an async context manager with ``aclose()``. ``next_page`` is the page to resume from
-    with ``start_page=`` (``None`` once the walk is finished) and ``total`` the last total seen.
-    Leaving it in any way (exhausted, ``aclose``, ``async with``, an exception, cancellation, a
-    bare ``break``) cancels a pending prefetch and sends nothing more.
-    """
-
-    def __init__(self, *args: Any, span: LazySpan, **kwargs: Any) -> None:
-        self._span = span
-        super().__init__(*args, **kwargs)
-
-    async def __anext__(self) -> Y:
-        try:
-            return await super().__anext__()
-        except StopAsyncIteration:
-            self._span.end()
-            raise
-        except BaseException as exc:
-            if self._done:  # the walk ended with it
-                self._span.end(exc)
-            raise
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        self._span.end()
-
-    def __del__(self) -> None:
-        super().__del__()
-        span = getattr(self, "_span", None)
-        if span is not None:
-            span.end()
 
 
 class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
@@ -1208,17 +1169,8 @@ class AsyncSearchClient:
         The call's options (``SearchOptions``) apply to every page's request. Arguments are
         validated now, before anything is sent.
         """
-        return self._pager(
-            "pages",
-            text,
-            params,
-            start_page=start_page,
-            max_pages=max_pages,
-            max_items=None,
-            prefetch=prefetch,
-            dedupe=dedupe,
-            embeddings=embeddings,
-        )
+        walk = (start_page, max_pages, None, prefetch, dedupe, embeddings)
+        return self._pager(False, text, params, *walk)
 
     def search_hits(
         self,
@@ -1237,24 +1189,14 @@ class AsyncSearchClient:
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
         without fetching pages it does not need.
         """
-        return self._pager(
-            "items",
-            text,
-            params,
-            start_page=start_page,
-            max_pages=max_pages,
-            max_items=max_items,
-            prefetch=prefetch,
-            dedupe=dedupe,
-            embeddings=embeddings,
-        )
+        walk = (start_page, max_pages, max_items, prefetch, dedupe, embeddings)
+        return self._pager(True, text, params, *walk)
 
     def _pager(
         self,
-        mode: Literal["pages", "items"],
+        items: bool,
         text: str | None,
         all_params: SearchWalkCallParams,
-        *,
         start_page: int | None,
         max_pages: int | None,
         max_items: int | None,
@@ -1263,7 +1205,7 @@ class AsyncSearchClient:
         embeddings: bool,
     ) -> SearchPager[Any]:
         self._check_open()
-        function = "search_pages" if mode == "pages" else "search_hits"
+        function = "search_hits" if items else "search_pages"
         options = {k: v for k, v in all_params.items() if k in _SEARCH_OPTIONS}
         params = cast(
             SearchWalkParams, {k: v for k, v in all_params.items() if k not in _SEARCH_OPTIONS}
@@ -1278,15 +1220,6 @@ class AsyncSearchClient:
                 f"extra_body cannot set pagination on {function}(): the pager numbers the pages "
                 "itself (pass page_size= and start_page=)"
             )
-        request = protocol.search(text, **params, page=first)
-        if call is not None:
-            call.apply(request)  # the merged body passes the checks of the arguments
-        tracer = self._options.tracer
-        walk = LazySpan(
-            tracer,
-            function,
-            {"asyncsearch.search.text": text} if tracer.content and text is not None else None,
-        )
 
         def page_request(number: int) -> Request[Any]:
             request: Request[Any] = protocol.search(text, **params, page=number)
@@ -1294,83 +1227,22 @@ class AsyncSearchClient:
                 request = protocol.without_embeddings(request)
             return request if call is None else call.apply(request)
 
-        def page_taken(number: int, page: SearchPage) -> None:
-            hits = {"asyncsearch.search.page": number, "asyncsearch.search.hits": len(page.hits)}
-            walk.event("asyncsearch.page", hits)
+        async def send(request: Request[Any], span: CallSpan) -> APIResponse[Any]:
+            return await self._send(request, call=call, span=span)
 
-        # The body of the page before stays referenced until the next one is read. Freed at
-        # once, a multi-MB body is handed back to the OS by glibc's allocator and faulted back in
-        # for the next read: measured on 100-hit pages with embeddings, ~660 instead of ~150
-        # minor page faults and 2-4 ms more system CPU per page. The cost is one body kept.
-        held: list[bytes] = [b""]
-
-        async def fetch_page(number: int) -> Any:
-            request = page_request(number)
-            with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
-                response = await self._send(request, call=call, span=span)
-                span.answered(response)
-                held[0] = response.content
-                page = response.parse()
-                span.set("asyncsearch.search.hits", len(page.hits))
-            page_taken(number, page)
-            return page
-
-        # Pipelined walk of full pages: a page with embeddings takes about as long to decode as
-        # a round trip, so the next request goes out before the page is decoded. Whether there
-        # is a next page is read from the page's first bytes (search_page_continues: hasMore
-        # and whether hits is empty, ~10 us), so the request goes out the moment the page is
-        # in, and the decode overlaps all of the next round trip. When those bytes do not tell
-        # (another key order), a view reads hasMore, total and the hit ids (skipping the rest,
-        # ~1/3 of the full decode) and the pager decides on it before sending. Measured against
-        # sending speculatively (no look at all): as fast, without a request past the end of
-        # every walk. A page identical to the one before is not read early: a service that
-        # ignores the page number is caught by the view before anything more is sent.
-        # Pages decoded with embeddings=False are decoded in one go: no view, no pipelining.
-        # Without prefetch
-        # there is nothing to overlap, so the page is decoded in one go.
-        async def fetch_received(number: int) -> _ReceivedPage:
-            request = page_request(number)
-            with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
-                response = await self._send(request, call=call, span=span)
-                span.answered(response)
-                span.hold()  # ended with its hit count, once the page is decoded
-            repeated = response.content == held[0]
-            held[0] = response.content
-            received = _ReceivedPage(response, number, repeated=repeated, span=span)
-            if span is not NO_SPAN:
-                walk.finish_later(received)  # a page the walk never decodes
-            return received
-
-        def decode_received(received: _ReceivedPage) -> SearchPage:
-            walk.finished(received)
-            try:
-                page = received.response.parse()
-            except BaseException as exc:
-                received.span.end(exc)
-                raise
-            received.finish(page)
-            page_taken(received.number, page)
-            return page
-
-        pipelined = embeddings and prefetch
+        page_request(first)  # the merged body passes the checks of the arguments
+        tracer = self._options.tracer
+        content = tracer.content and text is not None
         return SearchPager(
-            fetch_received if pipelined else fetch_page,
-            mode=mode,
+            page_request,
+            send,
+            items=items,
             start_page=first,
-            page_items=attrgetter("hits"),
-            item_key=attrgetter("id"),
-            has_more=attrgetter("has_more"),
-            page_total=attrgetter("total"),
-            replace_items=_replace_hits,
             max_pages=max_pages,
             max_items=max_items,
             prefetch=prefetch,
             dedupe=dedupe,
-            logger=logger,
-            decode_page=decode_received if pipelined else None,
-            peek=_received_continues if pipelined else None,
-            page_size=params.get("page_size"),
-            span=walk,
+            span=LazySpan(tracer, function, {"asyncsearch.search.text": text} if content else None),
         )
 
     # -- bulk extraction results -------------------------------------------------------------
@@ -1619,80 +1491,6 @@ def _redirect_reason(response: Response) -> str | None:
             "followed, so the API key is never sent anywhere else"
         )
     return None
-
-
-class _ReceivedPage:
-    """A search page as received: the response, not decoded yet.
-
-    Answers ``hits`` (ids only), ``has_more`` and ``total`` like a page, from a view read on
-    first use, so the pager's functions read it as they read a decoded page; ``continues``
-    (``search_page_continues``) is the pager's ``peek``, read without the view.
-    """
-
-    __slots__ = ("_head", "continues", "number", "response", "span")
-
-    def __init__(
-        self,
-        response: APIResponse[SearchPage],
-        number: int,
-        *,
-        repeated: bool,
-        span: CallSpan = NO_SPAN,
-    ) -> None:
-        self.response = response
-        self.number = number
-        self.continues = None if repeated else protocol.search_page_continues(response.content)
-        self._head: SearchPageHead | None = None
-        #: The page's request span, left open for its hit count (see ``finish``).
-        self.span = span
-
-    def finish(self, page: SearchPage | None = None) -> None:
-        """End the page's span, with its hit count when known (decoded, or its view read)."""
-        hits = page.hits if page is not None else None if self._head is None else self._head.hits
-        if hits is not None:
-            self.span.set("asyncsearch.search.hits", len(hits))
-        self.span.end()
-
-    def _view(self) -> SearchPageHead:
-        head = self._head
-        if head is None:
-            try:
-                head = protocol.search_page_head(self.response.content)
-            except ResponseValidationError:
-                # Raise the error of the full decode, which names SearchPage and the attempts
-                # and keeps the key out of the body; should the full decode pass, read the page.
-                try:
-                    page = self.response.parse()
-                except ResponseValidationError as exc:
-                    self.span.end(exc)
-                    raise
-                head = SearchPageHead(
-                    total=page.total,
-                    has_more=page.has_more,
-                    hits=[SearchHitId(id=hit.id) for hit in page.hits],
-                )
-            self._head = head
-        return head
-
-    @property
-    def hits(self) -> list[SearchHitId]:
-        return self._view().hits
-
-    @property
-    def has_more(self) -> bool:
-        return self._view().has_more
-
-    @property
-    def total(self) -> int:
-        return self._view().total
-
-
-def _received_continues(received: _ReceivedPage) -> bool | None:
-    return received.continues
-
-
-def _replace_hits(page: Any, hits: list[Any]) -> Any:
-    return msgspec.structs.replace(page, hits=hits)
 
 
 def _states(name: str, states: object) -> frozenset[str]:

@@ -397,103 +397,27 @@ def search_page_head(body: bytes) -> SearchPageHead:
     return decode_body(_search_page_head_decoder, body)
 
 
-_JSON_SPACE = frozenset(b" \t\r\n")
-_OBJECT_START, _OBJECT_END, _ARRAY_START, _ARRAY_END = b"{}[]"
-_QUOTE, _COMMA, _COLON, _BACKSLASH = b'",:\\'
+class _SearchPageStart(msgspec.Struct, rename="camel"):
+    total: int
+    has_more: bool
 
 
-def search_page_continues(body: bytes) -> bool | None:
-    """Whether a search answer has a next page, read from its first bytes only: no decoding.
+_search_page_start_decoder = msgspec.json.Decoder(_SearchPageStart)
 
-    ``True`` when its ``hasMore`` is true and its ``hits`` array starts with a hit; ``False``
-    when ``hasMore`` is false or ``hits`` is empty (or null); ``None`` when the top-level fields
-    before the first nested value do not tell (the service sent ``hits`` before ``hasMore``, an
-    unknown nested field comes first, a key is written with escapes, the body is not JSON...).
-    Only a hint: the full decode of the page still decides.
+
+def search_page_continues(body: bytes) -> bool:
+    """Whether a search answer says ``hasMore`` and holds hits, read from its first bytes only.
+
+    The service writes ``total``, ``hasMore``, then ``hits``: the fields before ``"hits":`` are
+    decoded by msgspec as an object of their own, and ``hits`` must open with a hit. Any other
+    shape (another key order, spaces, a nested ``hits``) reads ``False``: only a hint, on which
+    a walk sends the next request before it reads the page; the page's view still decides.
     """
-    # The service sends ``total``, ``hasMore``, then ``hits``, so this reads a few dozen bytes of
-    # a multi-megabyte page: it lets a walk send the next request before it decodes the page.
-    # It reads the top-level object's keys in order and stops at the first ``[`` or ``{`` value,
-    # so a ``hasMore`` key inside a hit is never mistaken for the page's, but the body is not
-    # checked past that point; a walk that acted on a wrong hint undoes it (see ``Pager``'s
-    # ``peek``).
-    end = len(body)
-    i = _skip_space(body, 0)
-    if i >= end or body[i] != _OBJECT_START:
-        return None
-    has_more: bool | None = None
-    has_hits: bool | None = None
-    i = _skip_space(body, i + 1)
-    while i < end and body[i] == _QUOTE:
-        close = body.find(b'"', i + 1)
-        if close < 0:
-            return None
-        key = body[i + 1 : close]
-        if _BACKSLASH in key:
-            return None
-        i = _skip_space(body, close + 1)
-        if i >= end or body[i] != _COLON:
-            return None
-        i = _skip_space(body, i + 1)
-        if i >= end:
-            return None
-        first = body[i]
-        if key == b"hits":
-            if first == _ARRAY_START:
-                inside = _skip_space(body, i + 1)
-                if inside >= end or body[inside] not in (_OBJECT_START, _ARRAY_END):
-                    return None
-                has_hits = body[inside] == _OBJECT_START
-                break  # the rest is the hits: never scanned
-            if not body.startswith(b"null", i):
-                return None
-            has_hits = False  # a null array reads as []
-            i += 4
-        elif first in (_OBJECT_START, _ARRAY_START):
-            break  # a nested value of another field: stop rather than skip it
-        elif first == _QUOTE:
-            i = _string_end(body, i)
-            if i < 0:
-                return None
-        else:
-            start = i
-            while i < end and body[i] not in (_COMMA, _OBJECT_END) and body[i] not in _JSON_SPACE:
-                i += 1
-            if key == b"hasMore":
-                value = body[start:i]
-                if value not in (b"true", b"false"):
-                    return None
-                has_more = value == b"true"
-        i = _skip_space(body, i)
-        if i < end and body[i] == _COMMA:
-            i = _skip_space(body, i + 1)
-        elif i >= end or body[i] != _OBJECT_END:
-            return None
-    if has_more is False or has_hits is False:
+    cut = body.find(b'"hits":[{', 0, 256)
+    try:
+        return cut > 0 and _search_page_start_decoder.decode(body[:cut] + b'"_":0}').has_more
+    except msgspec.DecodeError:
         return False
-    if has_more and has_hits:
-        return True
-    return None
-
-
-def _skip_space(body: bytes, i: int) -> int:
-    end = len(body)
-    while i < end and body[i] in _JSON_SPACE:
-        i += 1
-    return i
-
-
-def _string_end(body: bytes, i: int) -> int:
-    """The index after the JSON string starting at ``body[i]``, or -1 if it does not end."""
-    close = body.find(b'"', i + 1)
-    while close >= 0:
-        backslashes = 0
-        while body[close - 1 - backslashes] == _BACKSLASH:
-            backslashes += 1
-        if backslashes % 2 == 0:
-            return close + 1
-        close = body.find(b'"', close + 1)
-    return -1
 
 
 def _parse_extraction_job(body: bytes) -> ExtractionJob:

@@ -18,7 +18,6 @@ query only when ``trace_content`` is on.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -114,8 +113,7 @@ class CallSpan:
     def hold(self) -> None:
         """Leave the span open when its ``with`` block exits without an error, for ``end()``.
 
-        It then ends with the time of that exit, so it still times the request, and what is
-        learnt later (a page's hit count, known once the page is decoded) can be set first.
+        So what is learnt later (a page's hit count) can be set first.
         """
 
 
@@ -123,14 +121,13 @@ NO_SPAN = CallSpan()
 
 
 class _Recording(CallSpan):
-    __slots__ = ("_end_time", "_ended", "_held", "_span", "_token")
+    __slots__ = ("_ended", "_held", "_span", "_token")
 
     def __init__(self, span: Span) -> None:
         self._span = span
         self._token: object = None
         self._ended = False
         self._held = False
-        self._end_time: int | None = None
 
     def __enter__(self) -> CallSpan:
         # Current while the request runs: spans of an instrumented aiohttp nest under it.
@@ -147,7 +144,6 @@ class _Recording(CallSpan):
             _context.detach(self._token)
             self._token = None
         if self._held and exc is None:
-            self._end_time = time.time_ns()
             return
         self.end(exc)
 
@@ -180,12 +176,12 @@ class _Recording(CallSpan):
         if not self._ended:
             self._span.set_attribute(name, value)
 
+    def hold(self) -> None:
+        self._held = True
+
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         if not self._ended:
             self._span.add_event(name, attributes)
-
-    def hold(self) -> None:
-        self._held = True
 
     def end(self, error: BaseException | None = None) -> None:
         if self._ended:
@@ -209,7 +205,7 @@ class _Recording(CallSpan):
             else:
                 # Cancelled (or the process is exiting): the call ended, nothing failed.
                 span.set_attribute("asyncsearch.cancelled", True)
-        span.end(self._end_time)
+        span.end()
 
 
 class Tracing:
@@ -268,12 +264,6 @@ class Tracing:
         return _Recording(span)
 
 
-class Finishing(Protocol):
-    """A part of a call whose span waits for it: ``finish()`` ends that span."""
-
-    def finish(self) -> None: ...
-
-
 class LazySpan:
     """The span of a pager, a bulk call or a wait: started with its first child, ended once.
 
@@ -281,7 +271,7 @@ class LazySpan:
     and ``child`` gives ``NO_SPAN``.
     """
 
-    __slots__ = ("_attributes", "_ended", "_name", "_span", "_tracing", "_unfinished", "totals")
+    __slots__ = ("_attributes", "_ended", "_name", "_span", "_tracing", "totals")
 
     def __init__(
         self, tracing: Tracing, name: str, attributes: Mapping[str, Any] | None = None
@@ -291,7 +281,6 @@ class LazySpan:
         self._attributes = attributes
         self._span: CallSpan | None = None
         self._ended = False
-        self._unfinished: set[Finishing] = set()
         #: Counts kept while the call runs, set as attributes when the span ends.
         self.totals: dict[str, int] = {}
 
@@ -308,17 +297,6 @@ class LazySpan:
             return NO_SPAN  # nothing records this call: its requests' spans would not either
         return self._tracing.call(name, request, parent=span, attributes=attributes)
 
-    def finish_later(self, part: Finishing) -> None:
-        """Have ``end`` finish ``part`` first if nothing has (a child's span left open)."""
-        if self._ended:
-            part.finish()
-        else:
-            self._unfinished.add(part)
-
-    def finished(self, part: Finishing) -> None:
-        """``part`` has finished its span itself."""
-        self._unfinished.discard(part)
-
     def set(self, name: str, value: Any) -> None:
         if self._span is not None and not self._ended:
             self._span.set(name, value)
@@ -328,12 +306,10 @@ class LazySpan:
             self._span.event(name, attributes)
 
     def end(self, error: BaseException | None = None) -> None:
-        """End the span (the first call only), its children left open first."""
+        """End the span (the first call only)."""
         if self._ended:
             return
         self._ended = True
-        while self._unfinished:
-            self._unfinished.pop().finish()
         span = self._span
         if span is not None:
             for name, value in self.totals.items():

@@ -19,9 +19,9 @@ Variants, each walking every hit:
   decoded with ``msgspec.json.Decoder(SearchPage)``;
 - ``asyncsearch search_hits, prefetch=False``;
 - ``asyncsearch search_hits, prefetch=True``: requests page ``n + 1`` before it decodes page
-  ``n``, the moment page ``n`` is in when its first bytes say there is more (the server sends
-  ``total``, ``hasMore``, ``hits`` in the spec's order), else after a view of ``hasMore`` and
-  the hit ids;
+  ``n``, the moment page ``n`` is in when the fields before its hits say there is more (the
+  server writes ``total``, ``hasMore``, ``hits`` compact, in the spec's order), else after a
+  view of ``hasMore`` and the hit ids;
 - ``hand-pipelined walk, view first``: a bare loop that reads that view of every page before
   it sends the next request;
 - ``hand-pipelined walk, speculative`` (the limit): a bare loop that sends the request for page

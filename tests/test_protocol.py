@@ -26,6 +26,7 @@ from asyncsearch import (
     NotFoundError,
     PermissionDeniedError,
     RateLimitError,
+    ResponseValidationError,
     SearchFilters,
     SearchPage,
     SearchQuery,
@@ -606,9 +607,46 @@ def test_without_embeddings_keeps_the_request_and_changes_the_decoding() -> None
     assert msgspec.structs.asdict(dropped.hits[0])["embeddings"] is None
 
 
-# -- search_page_continues: whether a search answer has a next page, from its first bytes ------
+# -- search_page_head: the view a walk decides on before it decodes the page -----------------
 
 HIT = b'{"id":"h1","name":"x","embeddings":{"text":[0.1,0.2]}}'
+
+
+@pytest.mark.parametrize(
+    ("body", "has_more", "ids"),
+    [
+        (b'{"total":3,"hasMore":true,"hits":[' + HIT + b"]}", True, ["h1"]),
+        # A page that does not say hasMore first is read the same.
+        (b'{"hits":[' + HIT + b'],"total":3,"hasMore":true}', True, ["h1"]),
+        (b' {"hits" : [' + HIT + b'] ,\n"hasMore" : false, "total":3}', False, ["h1"]),
+        # A hasMore inside a hit is never read as the page's.
+        (b'{"hits":[{"id":"h","hasMore":false}],"total":1,"hasMore":true}', True, ["h"]),
+        (b'{"total":0,"hasMore":true,"hits":[]}', True, []),
+        (b'{"total":0,"hasMore":false,"hits":null}', False, []),  # a null array reads as []
+        # A key said twice: the last one wins, in the view as in the full decode.
+        (b'{"total":3,"hasMore":true,"hits":[' + HIT + b'],"hasMore":false}', False, ["h1"]),
+    ],
+)
+def test_the_page_head_agrees_with_the_full_decode_in_any_key_order(
+    body: bytes, has_more: bool, ids: list[str]
+) -> None:
+    head = protocol.search_page_head(body)
+    page = protocol.decode_body(protocol._search_page_decoder, body)
+    assert (head.has_more, [hit.id for hit in head.hits]) == (has_more, ids)
+    assert (head.total, head.has_more) == (page.total, page.has_more)
+    assert [hit.id for hit in head.hits] == [hit.id for hit in page.hits]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"total":3,"hits":[' + HIT + b"]}", b'{"total":3,"hasMore":1,"hits":[]}', b"", b"[]"],
+)
+def test_a_page_head_that_does_not_fit_is_a_validation_error(body: bytes) -> None:
+    with pytest.raises(ResponseValidationError):
+        protocol.search_page_head(body)
+
+
+# -- search_page_continues: a hint from the first bytes, on which a walk sends ahead ----------
 
 
 @pytest.mark.parametrize(
@@ -617,44 +655,30 @@ HIT = b'{"id":"h1","name":"x","embeddings":{"text":[0.1,0.2]}}'
         (b'{"total":3,"hasMore":true,"hits":[' + HIT + b"]}", True),
         (b'{"total":3,"hasMore":false,"hits":[' + HIT + b"]}", False),
         (b'{"total":0,"hasMore":true,"hits":[]}', False),  # an empty page ends the walk
-        (b'{"hasMore":true,"hits":null}', False),  # a null array reads as []
-        (b' \r\n{ "total" : 3 ,\t"hasMore" : true , "hits" : [ \n' + HIT + b" ] }", True),
-        (b'{"hits":[' + HIT + b'],"hasMore":true}', None),  # hits first: not read past "["
-        # A hasMore inside a hit is never read as the page's.
-        (b'{"hits":[{"id":"h","hasMore":false}],"hasMore":true}', None),
-        (b'{"total":3,"hits":[{"id":"h","hasMore":true}]}', None),
-        (b'{"total":3,"hasMore":true}', None),  # no hits seen
-        (b'{"total":3,"hits":[' + HIT + b"]}", None),  # no hasMore seen
-        # An unknown nested field before the two: stop there rather than skip it.
-        (b'{"meta":{"hasMore":false},"hasMore":true,"hits":[' + HIT + b"]}", None),
-        # Strings before them are skipped whole, escaped quotes and brackets included.
-        (b'{"note":"a \\"hasMore\\":false {[","hasMore":true,"hits":[' + HIT + b"]}", True),
-        (b'{"note":"ends in a backslash\\\\","hasMore":true,"hits":[' + HIT + b"]}", True),
-        (b'{"has\\u004dore":false,"hasMore":true,"hits":[' + HIT + b"]}", None),  # escaped key
-        (b'{"hasMore":1,"hits":[' + HIT + b"]}", None),  # not a boolean: the decode will say
-        (b'{"hasMore":"true","hits":[' + HIT + b"]}", None),
-        (b'{"hasMore":true,"hits":[1]}', None),  # not a hit
-        (b'{"hasMore":true,"hits":{}}', None),
-        (b'{"hasMore":true "hits":[' + HIT + b"]}", None),  # no comma
-        (b'{"hasMore":true,"hits":[', None),  # cut short
-        (b'{"hasMore', None),
-        (b'{"note":"never closed', None),
-        (b"[]", None),
-        (b"", None),
-        (b"null", None),
+        (b'{"hits":[' + HIT + b'],"total":3,"hasMore":true}', False),  # the view decides
+        (b'{"total":3,"hasMore":true,"hits": [' + HIT + b"]}", False),
+        # A hits key inside an earlier field, or hasMore inside a hit, is never the page's.
+        (b'{"meta":{"hits":[{"id":"x"}]},"hasMore":true}', False),
+        (b'{"total":3,"hits":[{"id":"h","hasMore":true}]}', False),
+        (b'{"note":"a \\"hits\\":[{","total":3,"hasMore":true,"hits":[' + HIT + b"]}", True),
+        (b'{"total":3,"hasMore":1,"hits":[' + HIT + b"]}", False),  # not a boolean
+        (b'{"total":3,"hits":[' + HIT + b"]}", False),  # no hasMore
+        (b'{"total":3,"hasMore":true,"hits":[{', True),  # cut short: the view will say
+        (b"", False),
+        (b"[]", False),
     ],
 )
-def test_search_page_continues_reads_only_the_top_level_fields_before_the_hits(
-    body: bytes, expected: bool | None
+def test_search_page_continues_reads_the_fields_before_the_hits(
+    body: bytes, expected: bool
 ) -> None:
     assert protocol.search_page_continues(body) is expected
 
 
-def test_search_page_continues_agrees_with_the_full_decode_when_it_answers() -> None:
+def test_search_page_continues_agrees_with_the_view_when_it_says_more() -> None:
     # Answers with total, hasMore and hits in the order the spec lists them, as the emulator sends.
     for has_more in (True, False):
         for n_hits in (0, 1, 3):
             hits = [{"id": f"h{i}", "name": "x", "score": 0.5} for i in range(n_hits)]
-            body = json.dumps({"total": 9, "hasMore": has_more, "hits": hits}).encode()
-            page = protocol.decode_body(protocol._search_page_decoder, body)
-            assert protocol.search_page_continues(body) is (page.has_more and bool(page.hits))
+            body = msgspec.json.encode({"total": 9, "hasMore": has_more, "hits": hits})
+            head = protocol.search_page_head(body)
+            assert protocol.search_page_continues(body) is (head.has_more and bool(head.hits))

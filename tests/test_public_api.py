@@ -159,7 +159,6 @@ def test_concurrency_module_holds_the_generic_machinery() -> None:
         "AdaptiveConcurrency",
         "FanOut",
         "Outcome",
-        "Pager",
         "RetryBudget",
         "fan_out",
     }

@@ -12,11 +12,11 @@ from asyncsearch._concurrency import (
     FAN_OUT_WORKER_TASK,
     PAGER_FETCH_TASK,
     PAGER_PREFETCH_TASK,
-    Pager,
     fan_out,
 )
 
 from .helpers import SDK_TASK_PREFIX, client_tasks
+from .test_paging import FakePage, make_pager
 
 PACKAGE = Path(asyncsearch.__file__).resolve().parent
 
@@ -67,26 +67,18 @@ async def test_fan_out_workers_are_found_by_their_name() -> None:
 async def test_pager_fetches_and_prefetches_are_found_by_their_name() -> None:
     gates = {1: asyncio.Event(), 2: asyncio.Event()}
 
-    async def fetch(n: int) -> tuple[int, ...]:
+    async def fetch(n: int) -> FakePage:
         await gates[n].wait()
-        return (n,) if n < 2 else ()
+        return FakePage(n, ("a",) if n < 2 else (), more=n < 2)
 
-    pager: Pager[Any] = Pager(
-        fetch,
-        mode="pages",
-        start_page=1,
-        page_items=lambda p: p,
-        item_key=lambda item: item,
-        has_more=lambda p: bool(p),
-        prefetch=True,
-    )
+    pager = make_pager(fetch, prefetch=True)
     walk = pager.__aiter__()
     first = asyncio.create_task(walk.__anext__())
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert [task.get_name() for task in client_tasks()] == [PAGER_FETCH_TASK]
     gates[1].set()
-    assert await first == (1,)
+    assert (await first).items == ("a",)
     assert [task.get_name() for task in client_tasks()] == [PAGER_PREFETCH_TASK]
     await pager.aclose()
     assert client_tasks() == []
