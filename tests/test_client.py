@@ -34,7 +34,7 @@ from asyncsearch import (
     ResponseTooLargeError,
     ResponseValidationError,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
@@ -91,7 +91,7 @@ def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
     return delays
 
 
