@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import inspect
 import logging
 import os
 import ssl as ssl_module
@@ -11,16 +12,20 @@ from collections.abc import (
     AsyncIterable,
     Callable,
     Collection,
+    Coroutine,
     Iterable,
     Mapping,
 )
+from dataclasses import dataclass
 from operator import attrgetter
-from types import TracebackType
+from types import MethodType, TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
+    Concatenate,
     Generic,
     Literal,
+    ParamSpec,
     Self,
     TypeAlias,
     TypeVar,
@@ -107,6 +112,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Y = TypeVar("Y")
 if TYPE_CHECKING:
     # A default (PEP 696) for checkers only: a bare ``ExtractionResult`` means either kind of id.
@@ -182,64 +188,66 @@ def _call_options(
     return opts.merge(options, function=function, allowed=allowed, error=InvalidRequestError)
 
 
-class RawResponseClient:
-    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead.
+@dataclass(frozen=True, slots=True)
+class _Prepared(Generic[T]):
+    """One endpoint call ready to go: its request, the call's options, its span's attributes."""
 
-    Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
-    client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
+    request: Request[T]
+    options: Mapping[str, Any]
+    search: bool = False
+    attributes: Mapping[str, Any] | None = None
+
+
+class _Endpoint(Generic[P, T]):
+    """An endpoint declared once, by the method that prepares its request (``_Prepared``).
+
+    Read on an ``AsyncSearchClient`` it is that method returning the parsed model; read on a
+    ``RawResponseClient`` the same method returning the ``APIResponse``. Type checkers see both
+    with the endpoint's own parameters (``P``) and precise result.
     """
 
-    __slots__ = ("_client",)
+    def __init__(self, prepare: Callable[Concatenate[AsyncSearchClient, P], _Prepared[T]]) -> None:
+        self.parsed = _endpoint_method(prepare, raw=False)
+        self.raw = _endpoint_method(prepare, raw=True)
 
-    def __init__(self, client: AsyncSearchClient) -> None:
-        self._client = client
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
 
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: bool = True,
-        **params: Unpack[SearchCallParams],
-    ) -> APIResponse[SearchPage]:
-        """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
-        response: APIResponse[SearchPage]
-        response = await self._client._search(text, embeddings, params, parse=False)
-        return response
+    @overload
+    def __get__(
+        self, instance: AsyncSearchClient, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
-    async def get_extraction(
-        self,
-        job_id: str | uuid.UUID,
-        *,
-        format: ExtractionFormat | None = None,
-        **options: Unpack[RequestOptions],
-    ) -> APIResponse[ExtractionJob]:
-        """Like ``AsyncSearchClient.get_extraction``, returning an ``APIResponse``."""
-        request = protocol.get_extraction(job_id, format=format)
-        return await self._client._call("get_extraction", request, options, parse=False)
+    @overload
+    def __get__(
+        self, instance: RawResponseClient, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, APIResponse[T]]]: ...
 
-    async def link_preview(
-        self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
-    ) -> APIResponse[LinkPreview]:
-        """Like ``AsyncSearchClient.link_preview``, returning an ``APIResponse``."""
-        request = protocol.link_preview(url, type=type)
-        return await self._client._call("link_preview", request, options, parse=False)
+    def __get__(self, instance: object, owner: type[Any]) -> Any:
+        if instance is None:
+            return self
+        if isinstance(instance, RawResponseClient):
+            return MethodType(self.raw, instance._client)
+        return MethodType(self.parsed, instance)
 
-    async def list_webhook_logs(
-        self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> APIResponse[list[WebhookLogSummary]]:
-        """Like ``AsyncSearchClient.list_webhook_logs``, returning an ``APIResponse``."""
-        request = protocol.list_webhook_logs(job_id)
-        return await self._client._call("list_webhook_logs", request, options, parse=False)
 
-    async def get_webhook_log(
-        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> APIResponse[WebhookLog]:
-        """Like ``AsyncSearchClient.get_webhook_log``, returning an ``APIResponse``."""
-        request = protocol.get_webhook_log(job_id, log_id)
-        return await self._client._call("get_webhook_log", request, options, parse=False)
+def _endpoint_method(
+    prepare: Callable[..., _Prepared[Any]], *, raw: bool
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """The method of an endpoint: ``prepare``'s arguments, docstring and name, sent and answered.
 
-    def __repr__(self) -> str:
-        return f"<RawResponseClient of {self._client!r}>"
+    Its signature is ``prepare``'s, returning the model (``APIResponse`` of it if ``raw``).
+    """
+
+    async def method(client: AsyncSearchClient, /, *args: Any, **kwargs: Any) -> Any:
+        return await client._answer(prepare.__name__, prepare(client, *args, **kwargs), raw=raw)
+
+    functools.update_wrapper(method, prepare)
+    signature = inspect.signature(prepare)
+    model = str(signature.return_annotation).removeprefix("_Prepared[").removesuffix("]")
+    returns = f"APIResponse[{model}]" if raw else model
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return method
 
 
 class SearchPager(Pager[Y]):
@@ -612,68 +620,31 @@ class AsyncSearchClient:
                 f"{name} must be >= {first}, the client's first_page, got {page}"
             )
 
-    @overload
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[True]
-    ) -> T: ...
-
-    @overload
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[False]
-    ) -> APIResponse[T]: ...
-
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: bool
-    ) -> T | APIResponse[T]:
-        """Send one call's request under its span; its ``APIResponse``, or parsed if ``parse``."""
-        call = _call_options(self._options, options, name)
+    async def _answer(self, name: str, prepared: _Prepared[T], *, raw: bool) -> Any:
+        """Send an endpoint's request under its span: its ``APIResponse`` if raw, else parsed."""
+        request = prepared.request
+        call = _call_options(self._options, prepared.options, name, search=prepared.search)
         if call is not None:
             request = call.apply(request)
-        with self._options.tracer.call(name, request) as span:
+        with self._options.tracer.call(name, request, attributes=prepared.attributes) as span:
             response = await self._send(request, call=call, span=span)
             span.answered(response)
-            return response.parse() if parse else response
+            if prepared.search and span is not NO_SPAN:
+                try:  # decoded once: parse() gives this page again
+                    span.set("asyncsearch.search.hits", len(response.parse().hits))  # type: ignore[attr-defined]
+                except ResponseValidationError:
+                    if not raw:  # a bad body is the raw caller's, when it parses
+                        raise
+            return response if raw else response.parse()
 
-    async def _search(
-        self, text: str | None, embeddings: bool, params: SearchCallParams, *, parse: bool
-    ) -> Any:
-        self._check_open()
-        options = {k: v for k, v in params.items() if k in _SEARCH_OPTIONS}
-        search_params = cast(
-            SearchParams, {k: v for k, v in params.items() if k not in _SEARCH_OPTIONS}
-        )
-        self._check_page("page", search_params.get("page"))
-        request: Request[Any] = protocol.search(text, **search_params)
-        if not embeddings:
-            request = protocol.without_embeddings(request)
-        call = _call_options(self._options, options, "search", search=True)
-        if call is not None:
-            request = call.apply(request)
-        page_number = search_params.get("page")
-        with self._options.tracer.call(
-            "search",
-            request,
-            attributes=None if page_number is None else {"asyncsearch.search.page": page_number},
-        ) as span:
-            response = await self._send(request, call=call, span=span)
-            span.answered(response)
-            if not parse:
-                if span is not NO_SPAN:
-                    # Decoded once: the caller's parse() gets this page; a bad body is theirs.
-                    with contextlib.suppress(ResponseValidationError):
-                        span.set("asyncsearch.search.hits", len(response.parse().hits))
-                return response
-            page = response.parse()
-            span.set("asyncsearch.search.hits", len(page.hits))
-            return page
-
-    async def search(
+    @_Endpoint
+    def search(
         self,
         text: str | None = None,
         *,
         embeddings: bool = True,
         **params: Unpack[SearchCallParams],
-    ) -> SearchPage:
+    ) -> _Prepared[SearchPage]:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
@@ -688,43 +659,51 @@ class AsyncSearchClient:
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
         """
-        page: SearchPage = await self._search(text, embeddings, params, parse=True)
-        return page
+        self._check_open()
+        options = {k: v for k, v in params.items() if k in SEARCH_OPTIONS}
+        search = cast(SearchParams, {k: v for k, v in params.items() if k not in SEARCH_OPTIONS})
+        page = search.get("page")
+        self._check_page("page", page)
+        request = protocol.search(text, **search)
+        if not embeddings:
+            request = protocol.without_embeddings(request)
+        attributes = None if page is None else {"asyncsearch.search.page": page}
+        return _Prepared(request, options, search=True, attributes=attributes)
 
-    async def get_extraction(
+    @_Endpoint
+    def get_extraction(
         self,
         job_id: str | uuid.UUID,
         *,
         format: ExtractionFormat | None = None,
         **options: Unpack[RequestOptions],
-    ) -> ExtractionJob:
+    ) -> _Prepared[ExtractionJob]:
         """The result of an extraction job; ``format`` is "json" or "markdown".
 
         Raises ``NotFoundError`` when the job does not exist.
         """
-        request = protocol.get_extraction(job_id, format=format)
-        return await self._call("get_extraction", request, options, parse=True)
+        return _Prepared(protocol.get_extraction(job_id, format=format), options)
 
-    async def link_preview(
+    @_Endpoint
+    def link_preview(
         self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
-    ) -> LinkPreview:
+    ) -> _Prepared[LinkPreview]:
         """Open-graph data of a URL; ``type`` is "cache" or "link"."""
-        request = protocol.link_preview(url, type=type)
-        return await self._call("link_preview", request, options, parse=True)
+        return _Prepared(protocol.link_preview(url, type=type), options)
 
-    async def list_webhook_logs(
+    @_Endpoint
+    def list_webhook_logs(
         self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> list[WebhookLogSummary]:
+    ) -> _Prepared[list[WebhookLogSummary]]:
         """The webhook delivery attempts of an extraction job, in summary form."""
-        request = protocol.list_webhook_logs(job_id)
-        return await self._call("list_webhook_logs", request, options, parse=True)
+        return _Prepared(protocol.list_webhook_logs(job_id), options)
 
-    async def get_webhook_log(
+    @_Endpoint
+    def get_webhook_log(
         self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> WebhookLog:
+    ) -> _Prepared[WebhookLog]:
         """One webhook delivery attempt with its request payload and response body."""
-        request = protocol.get_webhook_log(job_id, log_id)
-        return await self._call("get_webhook_log", request, options, parse=True)
+        return _Prepared(protocol.get_webhook_log(job_id, log_id), options)
 
     # -- paging ------------------------------------------------------------------------------
 
@@ -1128,6 +1107,29 @@ class AsyncSearchClient:
         except BaseException as exc:
             span.end(exc)
             raise
+
+
+class RawResponseClient:
+    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead.
+
+    Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
+    client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
+    The endpoints are the client's own (``_Endpoint``), not declared again.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncSearchClient) -> None:
+        self._client = client
+
+    search = AsyncSearchClient.search
+    get_extraction = AsyncSearchClient.get_extraction
+    link_preview = AsyncSearchClient.link_preview
+    list_webhook_logs = AsyncSearchClient.list_webhook_logs
+    get_webhook_log = AsyncSearchClient.get_webhook_log
+
+    def __repr__(self) -> str:
+        return f"<RawResponseClient of {self._client!r}>"
 
 
 #: The job states ``wait_for_extraction`` has already said it does not know (logged once each).

@@ -307,9 +307,7 @@ def _derive(values: dict[str, Any], old: Options) -> Options:
             )
             for has_body in (False, True)
         )
-    if any(
-        values[name] != getattr(old, name) for name in ("base_url", "tracing", "trace_content")
-    ):
+    if any(values[name] != getattr(old, name) for name in ("base_url", "tracing", "trace_content")):
         content = values["trace_content"]
         if content is None:
             content = os.environ.get(ENV_TRACE_CONTENT, "").strip().lower() in ("1", "true", "yes")
