@@ -192,14 +192,13 @@ async def _attempt(
 ) -> Response:
     """One attempt: the answer, whatever its status; an error carries ``attempts``."""
     started = time.monotonic()
+    body = request.body
     try:
         response = await shared.transport.send(
             request.method,
             options.base_url + request.target,
-            headers=(
-                options.headers_without_body if request.body is None else options.headers_with_body
-            ),
-            body=request.body,
+            headers=options.headers_without_body if body is None else options.headers_with_body,
+            body=body,
             timeout=options.timeout,
             max_response_bytes=options.max_response_bytes,
             max_redirects=options.max_redirects,
@@ -207,27 +206,20 @@ async def _attempt(
             secret=options.api_key.get(),
             queued=queued,
         )
-    except APIConnectionError as exc:
-        exc.attempts = attempts
-        elapsed = time.monotonic() - started
-        name = type(exc).__name__
-        logger.debug(
-            "%s %s -> %s (attempt %d, %.3fs)", request.method, request.path, name, attempts, elapsed
-        )
-        raise
     except AsyncSearchError as exc:
         exc.attempts = attempts
+        if isinstance(exc, APIConnectionError):
+            _log_attempt(request, type(exc).__name__, attempts, time.monotonic() - started)
         raise
     if logger.isEnabledFor(logging.DEBUG):
-        logger.debug(
-            "%s %s -> %d (attempt %d, %.3fs)",
-            request.method,
-            request.path,
-            response.status,
-            attempts,
-            response.elapsed,
-        )
+        _log_attempt(request, response.status, attempts, response.elapsed)
     return response
+
+
+def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed: float) -> None:
+    logger.debug(
+        "%s %s -> %s (attempt %d, %.3fs)", request.method, request.path, outcome, attempts, elapsed
+    )
 
 
 def _status_error(

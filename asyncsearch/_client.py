@@ -209,6 +209,15 @@ class _Endpoint(Generic[P, T]):
     def __init__(self, prepare: Callable[Concatenate[AsyncSearchClient, P], _Prepared[T]]) -> None:
         self.parsed = _endpoint_method(prepare, raw=False)
         self.raw = _endpoint_method(prepare, raw=True)
+        # Read on the class, it stands for the plain method (help(), inspect, an unbound call).
+        functools.update_wrapper(self, self.parsed)
+        self.__signature__ = inspect.signature(self.parsed)
+
+    def __call__(
+        self, client: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, T]:
+        result: Coroutine[Any, Any, T] = self.parsed(client, *args, **kwargs)
+        return result
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
@@ -1231,7 +1240,9 @@ def _states(name: str, states: object) -> frozenset[str]:
     """A non-empty collection of job states, checked."""
     if isinstance(states, str) or not isinstance(states, Collection) or not states:
         raise InvalidRequestError(
-            f"{name} must be a non-empty collection of job states, got {states!r}"
+            f"{name} must be a non-empty collection of job states"
+            + (" or a callable" if name == "until" else "")
+            + f", got {states!r}"
         )
     for state in states:
         if not isinstance(state, str):
@@ -1244,10 +1255,6 @@ def _until(
 ) -> Callable[[ExtractionJob], bool]:
     if callable(until):
         return until
-    if isinstance(until, str) or not isinstance(until, Collection) or not until:
-        raise InvalidRequestError(
-            f"until must be a non-empty collection of job states or a callable, got {until!r}"
-        )
     states = _states("until", until)
 
     def reached(job: ExtractionJob) -> bool:

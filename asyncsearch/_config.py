@@ -76,14 +76,7 @@ class Timeout:
     def __post_init__(self) -> None:
         for name in ("connect", "read", "total", "pool"):
             value = getattr(self, name)
-            if value is None:
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
+            if value is not None and not _is_seconds(value):
                 raise ConfigurationError(
                     f"Timeout.{name} must be a positive finite number of seconds or None, "
                     f"got {value!r}"
@@ -102,12 +95,7 @@ class Timeout:
             return NO_TIMEOUT
         if isinstance(value, Timeout):
             return value
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
+        if not _is_seconds(value):
             # Checked here, so that the message names what was passed, not the limit of
             # Timeout that the number would have become.
             raise ConfigurationError(
@@ -121,6 +109,16 @@ class Timeout:
             total=value,
             pool=min(DEFAULT_TIMEOUT.pool or value, value),
         )
+
+
+def _is_seconds(value: object) -> bool:
+    """Whether ``value`` is a positive finite number (a bool is not a number here)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 DEFAULT_TIMEOUT: Final = Timeout()
@@ -394,7 +392,8 @@ def _merge_headers(
     ``extra_headers`` remove nothing (None is not a header value there).
     """
     if not isinstance(changes, Mapping):
-        raise error(f"{name} must be a mapping of header names to values, or None")
+        none = ", or None" if name == "headers" else ""
+        raise error(f"{name} must be a mapping of header names to values{none}")
     replaced = {key.lower() for key in changes if isinstance(key, str)}
     if name == "headers":
         changes = {key: value for key, value in changes.items() if value is not None}
