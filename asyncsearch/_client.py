@@ -1075,18 +1075,7 @@ class AsyncSearchClient:
         call = _call_options(self._options, options, "wait_for_extraction")
         if call is not None:
             request = call.apply(request)
-        if in_progress is not None and until is not None:
-            raise InvalidRequestError("pass until= or in_progress=, not both")
-        if until is not None:
-            done = _until(until)
-        elif in_progress is None:
-            done = _not_in_progress
-        else:
-            waiting = _states("in_progress", in_progress)
-
-            def done(job: ExtractionJob) -> bool:
-                return job.state not in waiting
-
+        done = _done_when(until, in_progress)
         span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
         attempts = 0
@@ -1250,14 +1239,21 @@ def _states(name: str, states: object) -> frozenset[str]:
     return frozenset(states)
 
 
-def _until(
-    until: Callable[[ExtractionJob], bool] | Collection[str],
+def _done_when(
+    until: Callable[[ExtractionJob], bool] | Collection[str] | None,
+    in_progress: Collection[str] | None,
 ) -> Callable[[ExtractionJob], bool]:
+    """``wait_for_extraction``'s test of a polled job, from its ``until`` or ``in_progress``."""
+    if in_progress is not None and until is not None:
+        raise InvalidRequestError("pass until= or in_progress=, not both")
     if callable(until):
         return until
-    states = _states("until", until)
+    if until is None and in_progress is None:
+        return _not_in_progress
+    reached = until is not None
+    states = _states("until", until) if reached else _states("in_progress", in_progress)
 
-    def reached(job: ExtractionJob) -> bool:
-        return job.state in states
+    def done(job: ExtractionJob) -> bool:
+        return (job.state in states) is reached
 
-    return reached
+    return done
