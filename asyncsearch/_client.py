@@ -1,4 +1,8 @@
-"""``AsyncSearchClient``: options, retries with backoff, and one method per endpoint."""
+"""``AsyncSearchClient``: construction, lifecycle, one method per endpoint, paging and bulk calls.
+
+Its options are ``_config.Options``; each call goes through ``_call.send`` (attempts, retries,
+budget). Each endpoint is declared once (``_Endpoint``), ``RawResponseClient`` derived from it.
+"""
 
 from __future__ import annotations
 
