@@ -252,7 +252,7 @@ class Options:
     def make(cls, values: Mapping[str, Any], *, user_agent: str) -> Options:
         """The options of a new client: its keywords (``OptionChanges``, all of them), checked."""
         blank: dict[str, Any] = {**dict.fromkeys(OPTION_NAMES), "headers": {}}
-        return cls(**blank, user_agent=user_agent).merge(values)
+        return cls(**blank, user_agent=user_agent).merge(values, function="AsyncSearchClient")
 
     def merge(
         self,
@@ -274,7 +274,7 @@ class Options:
             if name not in allowed:
                 raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
             try:
-                values[_CALL_FIELDS.get(name, name)] = _check(name, value, self, error)
+                values[_CALL_FIELDS.get(name, name)] = _check(name, value, self, error, function)
             except ConfigurationError as exc:
                 if error is ConfigurationError:
                     raise
@@ -315,7 +315,9 @@ def _derive(values: dict[str, Any], old: Options) -> Options:
     return Options(**values)
 
 
-def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -> Any:
+def _check(
+    name: str, value: Any, old: Options, error: type[AsyncSearchError], function: str
+) -> Any:
     """The option ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
     match name:
         case "api_key":
@@ -339,7 +341,8 @@ def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -
         case "headers" | "extra_headers":
             if value is None and name == "headers":
                 return {}
-            return _merge_headers(name, old.headers, value, error)
+            removes = function == "with_options"  # there is nothing to remove elsewhere
+            return _merge_headers(name, old.headers, value, error, removes=removes)
         case "extra_query":
             return protocol.encode_extra_query(value)
         case "extra_body":
@@ -384,18 +387,23 @@ def check_number(
 
 
 def _merge_headers(
-    name: str, headers: Mapping[str, str], changes: object, error: type[AsyncSearchError]
+    name: str,
+    headers: Mapping[str, str],
+    changes: object,
+    error: type[AsyncSearchError],
+    *,
+    removes: bool,
 ) -> dict[str, str]:
     """``headers`` with ``changes`` over them, names compared in any case.
 
-    In ``headers`` (the client's) a value of None removes the header of that name; a call's
-    ``extra_headers`` remove nothing (None is not a header value there).
+    If ``removes`` (``with_options``) a value of None removes the header of that name; elsewhere
+    (the constructor, a call's ``extra_headers``) None is not a header value: ``error``.
     """
     if not isinstance(changes, Mapping):
         none = ", or None" if name == "headers" else ""
         raise error(f"{name} must be a mapping of header names to values{none}")
     replaced = {key.lower() for key in changes if isinstance(key, str)}
-    if name == "headers":
+    if removes:
         changes = {key: value for key, value in changes.items() if value is not None}
     checked = protocol.check_extra_headers(changes, name=name, error=error)
     kept = {key: value for key, value in headers.items() if key.lower() not in replaced}

@@ -544,3 +544,15 @@ async def test_an_option_is_checked_in_one_place_for_a_client_and_a_call(
     assert str(called.value).replace("extra_headers", "headers").replace(", or None", "") == (
         message.replace(", or None", "")
     )
+
+
+async def test_a_header_of_none_removes_only_in_with_options() -> None:
+    """None removes a header in ``with_options``; where there is nothing to remove (the
+    constructor, a call's ``extra_headers``) it is a bad value, refused before anything is sent."""
+    with pytest.raises(ConfigurationError, match="X-A"):
+        AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": None})  # type: ignore[dict-item]
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": "1"})
+    assert dict(client.with_options(headers={"x-a": None})._options.headers) == {}
+    with pytest.raises(InvalidRequestError, match="X-A"):
+        await client.get_extraction(JOB_ID, extra_headers={"X-A": None})  # type: ignore[dict-item]
+    await client.aclose()
