@@ -1,42 +1,48 @@
-"""``AsyncSearchClient``: options, retries with backoff, and one method per endpoint."""
+"""``AsyncSearchClient``: construction, lifecycle, one method per endpoint, paging and bulk calls.
+
+Its options are ``_config.Options``; each call goes through ``_call.send`` (attempts, retries,
+budget). Each endpoint is declared once (``_Endpoint``), ``RawResponseClient`` derived from it.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import inspect
 import logging
 import os
-import random
 import ssl as ssl_module
-import time
 import uuid
 from collections.abc import (
     AsyncIterable,
     Callable,
     Collection,
+    Coroutine,
     Iterable,
     Mapping,
 )
-from dataclasses import dataclass, field
-from types import TracebackType
+from dataclasses import dataclass
+from types import MethodType, TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
+    Concatenate,
     Generic,
     Literal,
+    ParamSpec,
     Self,
     TypeAlias,
-    TypedDict,
     TypeVar,
     Unpack,
     cast,
     overload,
 )
-from urllib.parse import urlsplit
 
 import anyio
 import msgspec
 
+from . import _call
 from . import _protocol as protocol
+from ._call import APIResponse, Shared, send
 from ._concurrency import (
     AdaptiveConcurrency,
     AsyncClosing,
@@ -50,15 +56,20 @@ from ._config import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_MAX_RETRY_AFTER,
     NOT_GIVEN,
+    OPTION_NAMES,
+    REQUEST_OPTIONS,
+    SEARCH_OPTIONS,
     NotGiven,
+    OptionChanges,
+    Options,
     RequestOptions,
     SearchOptions,
+    SearchRetryPolicy,
     Timeout,
+    check_number,
 )
 from ._errors import (
-    APIConnectionError,
     APIStatusError,
-    APITimeoutError,
     AsyncSearchError,
     AuthenticationError,
     ClientClosedError,
@@ -80,9 +91,9 @@ from ._models import (
     WebhookLogSummary,
 )
 from ._paging import SearchPager
-from ._protocol import Request, Response, SearchParams, SearchWalkParams
-from ._tracing import ENV_TRACE_CONTENT, NO_SPAN, CallSpan, LazySpan, Tracing
-from ._transport import USER_AGENT, Transport, scrub_headers
+from ._protocol import Request, SearchParams, SearchWalkParams
+from ._tracing import NO_SPAN, CallSpan, LazySpan
+from ._transport import USER_AGENT, Transport
 
 if TYPE_CHECKING:
     import aiohttp  # only for annotations: _transport.py is the one module that uses aiohttp
@@ -101,6 +112,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Y = TypeVar("Y")
 if TYPE_CHECKING:
     # A default (PEP 696) for checkers only: a bare ``ExtractionResult`` means either kind of id.
@@ -119,14 +131,8 @@ logger = logging.getLogger("asyncsearch")
 
 ENV_API_KEY = "ASYNCSEARCH_API_KEY"
 ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 8.0
 WAIT_INTERVAL_CAP = 10.0
-#: The ``retry_search`` option: see ``AsyncSearchClient``.
-SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
-_SEARCH_RETRY_POLICIES = ("safe", "always")
-# Looked up at call time, so tests can record backoff delays instead of sleeping them.
-_sleep = anyio.sleep
+_SEARCH_OPTIONS = SEARCH_OPTIONS
 #: ``ASYNCSEARCH_LOG=debug`` (or ``info``, ``warning``, ``error``, ``critical``: the standard
 #: level names, in any case): a quick look at what the client does, on stderr.
 ENV_LOG = "ASYNCSEARCH_LOG"
@@ -172,373 +178,85 @@ class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
 
 
-class OptionChanges(TypedDict, total=False):
-    """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
-
-    (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
-    which the clients made by ``with_options`` share.)
-    """
-
-    api_key: str
-    base_url: str
-    base_id: str | None
-    timeout: Timeout | float | None
-    max_retries: int
-    headers: Mapping[str, str | None] | None
-    ssl: ssl_module.SSLContext | None
-    max_response_bytes: int
-    allow_http: bool
-    max_retry_after: float
-    max_redirects: int
-    first_page: int
-    retry_search: SearchRetryPolicy
-    tracing: bool
-    trace_content: bool | None
-
-
-_OPTION_NAMES = OptionChanges.__optional_keys__
-_REQUEST_OPTIONS = RequestOptions.__optional_keys__
-_SEARCH_OPTIONS = SearchOptions.__optional_keys__
-
-
-class _Secret:
-    """Holds the API key so that no repr, log or traceback of the client shows it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<secret>"
-
-
-@dataclass(frozen=True, slots=True)
-class _Options:
-    """Everything a client decides per request; ``with_options`` makes a changed copy."""
-
-    api_key: _Secret
-    base_url: str
-    base_id: str | None
-    timeout: Timeout
-    max_retries: int
-    headers: Mapping[str, str]
-    ssl: ssl_module.SSLContext | None
-    max_response_bytes: int
-    allow_http: bool
-    max_retry_after: float
-    max_redirects: int
-    first_page: int
-    retry_search: SearchRetryPolicy
-    tracing: bool
-    trace_content: bool | None
-    # Derived once per client instead of once per request.
-    headers_without_body: Mapping[str, str] = field(init=False, repr=False)
-    headers_with_body: Mapping[str, str] = field(init=False, repr=False)
-    tracer: Tracing = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        without, with_body = self.headers_for(self.headers)
-        object.__setattr__(self, "headers_without_body", without)
-        object.__setattr__(self, "headers_with_body", with_body)
-        content = self.trace_content
-        if content is None:
-            content = os.environ.get(ENV_TRACE_CONTENT, "").strip().lower() in ("1", "true", "yes")
-        tracer = Tracing(base_url=self.base_url, enabled=self.tracing, content=content)
-        object.__setattr__(self, "tracer", tracer)
-
-    def headers_for(self, extra: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        """The headers of a request without a body and of one with, ``extra`` added."""
-        return tuple(  # type: ignore[return-value]
-            protocol.build_headers(
-                api_key=self.api_key.get(),
-                base_id=self.base_id,
-                user_agent=USER_AGENT,
-                extra=extra,
-                has_body=has_body,
-            )
-            for has_body in (False, True)
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One call's ``RequestOptions``, checked, with the client's options filled in."""
-
-    timeout: Timeout
-    max_retries: int
-    headers_without_body: Mapping[str, str]
-    headers_with_body: Mapping[str, str]
-    query: tuple[tuple[str, str], ...]
-    body: dict[str, Any] | None
-
-    def apply(self, request: Request[T]) -> Request[T]:
-        """The request with this call's ``extra_query`` and ``extra_body``."""
-        if self.query or self.body:
-            return protocol.with_extras(request, query=self.query, body=self.body)
-        return request
-
-
 def _call_options(
-    opts: _Options, options: Mapping[str, Any], function: str, *, search: bool = False
-) -> _Call | None:
-    """Check one call's options (``RequestOptions``); None when none were given."""
+    opts: Options, options: Mapping[str, Any], function: str, *, search: bool = False
+) -> Options | None:
+    """One call's options (``RequestOptions``) over the client's; None when none were given."""
     if not options:
         return None
-    for name in options:
-        if name not in (_SEARCH_OPTIONS if search else _REQUEST_OPTIONS):
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
-    timeout = opts.timeout
-    if "timeout" in options:
-        try:
-            timeout = Timeout.coerce(options["timeout"])
-        except ConfigurationError as exc:
-            raise InvalidRequestError(exc.message) from None
-    max_retries = options.get("max_retries", opts.max_retries)
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise InvalidRequestError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-    without, with_body = opts.headers_without_body, opts.headers_with_body
-    if "extra_headers" in options:
-        extra = protocol.check_extra_headers(
-            options["extra_headers"], name="extra_headers", error=InvalidRequestError
-        )
-        without, with_body = opts.headers_for({**opts.headers, **extra})
-    query = protocol.encode_extra_query(options["extra_query"]) if "extra_query" in options else ()
-    body = protocol.check_extra_body(options["extra_body"]) if "extra_body" in options else None
-    return _Call(timeout, max_retries, without, with_body, query, body)
+    allowed = SEARCH_OPTIONS if search else REQUEST_OPTIONS
+    return opts.merge(options, function=function, allowed=allowed, error=InvalidRequestError)
 
 
-class _Shared:
-    """What a client and the clients made by ``with_options`` share: the pool and the budget."""
+@dataclass(frozen=True, slots=True)
+class _Prepared(Generic[T]):
+    """One endpoint call ready to go: its request, the call's options, its span's attributes."""
 
-    def __init__(self, transport: Transport, retry_budget: RetryBudget | None) -> None:
-        self.transport = transport
-        self.retry_budget = retry_budget
-        self.random = random.Random()
+    request: Request[T]
+    options: Mapping[str, Any]
+    search: bool = False
+    attributes: Mapping[str, Any] | None = None
 
 
-class APIResponse(Generic[T]):
-    """A success response with its metadata; ``parse()`` gives the typed model.
+class _Endpoint(Generic[P, T]):
+    """An endpoint declared once, by the method that prepares its request (``_Prepared``).
 
-    ``status_code``, ``headers`` (case-insensitive), ``elapsed`` (seconds of the last attempt),
-    ``attempts`` (how many were made), ``url`` and ``content`` (the raw body).
+    Read on an ``AsyncSearchClient`` it is that method returning the parsed model; read on a
+    ``RawResponseClient`` the same method returning the ``APIResponse``. Type checkers see both
+    with the endpoint's own parameters (``P``) and precise result.
     """
 
-    __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
-    # Made by the client only (_api_response): no constructor of its own in help().
-    _request: Request[T]
-    _response: Response
-    _parsed: tuple[T] | None
-    _secret: str
-    attempts: int
+    def __init__(self, prepare: Callable[Concatenate[AsyncSearchClient, P], _Prepared[T]]) -> None:
+        self.parsed = _endpoint_method(prepare, raw=False)
+        self.raw = _endpoint_method(prepare, raw=True)
+        # Read on the class, it stands for the plain method (help(), inspect, an unbound call).
+        functools.update_wrapper(self, self.parsed)
+        self.__signature__ = inspect.signature(self.parsed)
 
-    @property
-    def status_code(self) -> int:
-        return self._response.status
+    def __call__(
+        self, client: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, T]:
+        result: Coroutine[Any, Any, T] = self.parsed(client, *args, **kwargs)
+        return result
 
-    @property
-    def headers(self) -> Mapping[str, str]:
-        # Scrubbed here, where they leave the client, not for every answer of a bulk fetch.
-        return scrub_headers(self._response.headers, self._secret)
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
 
-    @property
-    def elapsed(self) -> float:
-        return self._response.elapsed
+    @overload
+    def __get__(
+        self, instance: AsyncSearchClient, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
 
-    @property
-    def url(self) -> str:
-        return self._response.url
+    @overload
+    def __get__(
+        self, instance: RawResponseClient, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, APIResponse[T]]]: ...
 
-    @property
-    def content(self) -> bytes:
-        return self._response.body
-
-    @property
-    def request_id(self) -> str | None:
-        """The id the service gave this answer (``X-Request-Id`` or ``Request-Id``), if any."""
-        return protocol.request_id(self.headers)
-
-    def parse(self) -> T:
-        """Decode the body (once; later calls return the same object).
-
-        Raises ``ResponseValidationError`` when the body does not fit the model.
-        """
-        if self._parsed is None:
-            try:
-                self._parsed = (self._request.parse(self._response.body),)
-            except ResponseValidationError as exc:
-                exc.attempts = self.attempts
-                exc.request_id = self.request_id
-                if self._secret and self._secret.encode() in exc.body:
-                    # A server (or a proxy's debug page) echoing the request's headers.
-                    exc.body = exc.body.replace(self._secret.encode(), b"[redacted]")
-                raise
-        return self._parsed[0]
-
-    def __repr__(self) -> str:
-        return (
-            f"<APIResponse [{self.status_code}] {self._request.method} "
-            f"{urlsplit(self.url).path} attempts={self.attempts}>"
-        )
+    def __get__(self, instance: object, owner: type[Any]) -> Any:
+        if instance is None:
+            return self
+        if isinstance(instance, RawResponseClient):
+            return MethodType(self.raw, instance._client)
+        return MethodType(self.parsed, instance)
 
 
-def _api_response(
-    request: Request[T], response: Response, attempts: int, secret: str
-) -> APIResponse[T]:
-    answer: APIResponse[T] = APIResponse.__new__(APIResponse)
-    answer._request = request
-    answer._response = response
-    answer._parsed = None
-    answer._secret = secret
-    answer.attempts = attempts
-    return answer
+def _endpoint_method(
+    prepare: Callable[..., _Prepared[Any]], *, raw: bool
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """The method of an endpoint: ``prepare``'s arguments, docstring and name, sent and answered.
 
-
-def _check_text_option(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigurationError(f"{name} must be a non-empty string")
-    if any(c in value for c in "\r\n\x00"):
-        raise ConfigurationError(f"{name} must not contain line breaks or NUL characters")
-    return value
-
-
-def _check_headers(headers: Mapping[str, str] | None) -> Mapping[str, str]:
-    if headers is None:
-        return {}
-    return protocol.check_extra_headers(headers, name="headers", error=ConfigurationError)
-
-
-def _merge_headers(
-    headers: Mapping[str, str], changes: Mapping[str, str | None]
-) -> dict[str, str | None]:
-    """``headers`` with ``changes`` over them, names compared in any case; None removes one."""
-    if not isinstance(changes, Mapping):
-        raise ConfigurationError("headers must be a mapping of header names to values, or None")
-    replaced = {name.lower() for name in changes if isinstance(name, str)}
-    merged: dict[str, str | None] = {
-        name: value for name, value in headers.items() if name.lower() not in replaced
-    }
-    merged.update((name, value) for name, value in changes.items() if value is not None)
-    return merged
-
-
-def _check_number(name: str, value: object, *, minimum: float, integer: bool = False) -> Any:
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool) or not isinstance(value, kinds) or not float(value) >= minimum  # type: ignore[arg-type]
-    ):
-        kind = "an integer" if integer else "a number"
-        raise ConfigurationError(f"{name} must be {kind} >= {minimum}, got {value!r}")
-    return value
-
-
-def _make_options(values: Mapping[str, Any]) -> _Options:
-    """Check the client's options (``OptionChanges``) and make the ``_Options`` of a client."""
-    api_key, allow_http, tracing = values["api_key"], values["allow_http"], values["tracing"]
-    ssl, base_id, first_page = values["ssl"], values["base_id"], values["first_page"]
-    retry_search, trace_content = values["retry_search"], values["trace_content"]
-    if not isinstance(allow_http, bool):
-        raise ConfigurationError("allow_http must be a bool")
-    if not isinstance(tracing, bool):
-        raise ConfigurationError("tracing must be a bool")
-    if trace_content is not None and not isinstance(trace_content, bool):
-        raise ConfigurationError("trace_content must be a bool or None")
-    if ssl is not None and not isinstance(ssl, ssl_module.SSLContext):
-        raise ConfigurationError("ssl must be an ssl.SSLContext or None")
-    if base_id is not None:
-        base_id = _check_text_option("base_id", base_id)
-    if isinstance(first_page, bool) or not isinstance(first_page, int):
-        raise ConfigurationError(f"first_page must be an integer, got {first_page!r}")
-    if retry_search not in _SEARCH_RETRY_POLICIES:
-        raise ConfigurationError(f"retry_search must be 'safe' or 'always', got {retry_search!r}")
-    if not isinstance(api_key, _Secret):
-        api_key = _Secret(_check_text_option("api_key", api_key))
-    return _Options(
-        api_key=api_key,
-        base_url=protocol.check_base_url(values["base_url"], allow_http=allow_http),
-        base_id=base_id,
-        timeout=Timeout.coerce(values["timeout"]),
-        max_retries=_check_number("max_retries", values["max_retries"], minimum=0, integer=True),
-        headers=_check_headers(values["headers"]),
-        ssl=ssl,
-        max_response_bytes=_check_number(
-            "max_response_bytes", values["max_response_bytes"], minimum=1, integer=True
-        ),
-        allow_http=allow_http,
-        max_retry_after=float(
-            _check_number("max_retry_after", values["max_retry_after"], minimum=0)
-        ),
-        max_redirects=_check_number(
-            "max_redirects", values["max_redirects"], minimum=0, integer=True
-        ),
-        first_page=first_page,
-        retry_search=retry_search,
-        tracing=tracing,
-        trace_content=trace_content,
-    )
-
-
-class RawResponseClient:
-    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead.
-
-    Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
-    client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
+    Its signature is ``prepare``'s, returning the model (``APIResponse`` of it if ``raw``).
     """
 
-    __slots__ = ("_client",)
+    async def method(client: AsyncSearchClient, /, *args: Any, **kwargs: Any) -> Any:
+        return await client._answer(prepare.__name__, prepare(client, *args, **kwargs), raw=raw)
 
-    def __init__(self, client: AsyncSearchClient) -> None:
-        self._client = client
-
-    async def search(
-        self,
-        text: str | None = None,
-        *,
-        embeddings: bool = True,
-        **params: Unpack[SearchCallParams],
-    ) -> APIResponse[SearchPage]:
-        """Like ``AsyncSearchClient.search``, returning an ``APIResponse``."""
-        response: APIResponse[SearchPage]
-        response = await self._client._search(text, embeddings, params, parse=False)
-        return response
-
-    async def get_extraction(
-        self,
-        job_id: str | uuid.UUID,
-        *,
-        format: ExtractionFormat | None = None,
-        **options: Unpack[RequestOptions],
-    ) -> APIResponse[ExtractionJob]:
-        """Like ``AsyncSearchClient.get_extraction``, returning an ``APIResponse``."""
-        request = protocol.get_extraction(job_id, format=format)
-        return await self._client._call("get_extraction", request, options, parse=False)
-
-    async def link_preview(
-        self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
-    ) -> APIResponse[LinkPreview]:
-        """Like ``AsyncSearchClient.link_preview``, returning an ``APIResponse``."""
-        request = protocol.link_preview(url, type=type)
-        return await self._client._call("link_preview", request, options, parse=False)
-
-    async def list_webhook_logs(
-        self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> APIResponse[list[WebhookLogSummary]]:
-        """Like ``AsyncSearchClient.list_webhook_logs``, returning an ``APIResponse``."""
-        request = protocol.list_webhook_logs(job_id)
-        return await self._client._call("list_webhook_logs", request, options, parse=False)
-
-    async def get_webhook_log(
-        self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> APIResponse[WebhookLog]:
-        """Like ``AsyncSearchClient.get_webhook_log``, returning an ``APIResponse``."""
-        request = protocol.get_webhook_log(job_id, log_id)
-        return await self._client._call("get_webhook_log", request, options, parse=False)
-
-    def __repr__(self) -> str:
-        return f"<RawResponseClient of {self._client!r}>"
+    functools.update_wrapper(method, prepare)
+    signature = inspect.signature(prepare)
+    model = str(signature.return_annotation).removeprefix("_Prepared[").removesuffix("]")
+    returns = f"APIResponse[{model}]" if raw else model
+    method.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return method
 
 
 class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
@@ -766,16 +484,17 @@ class AsyncSearchClient:
                 raise ConfigurationError(f"api_key is missing: pass api_key= or set {ENV_API_KEY}")
         if base_url is None:
             base_url = os.environ.get(ENV_BASE_URL)
-        _check_number("max_connections", max_connections, minimum=1, integer=True)
+        check_number("max_connections", max_connections, minimum=1, integer=True)
         if not isinstance(trust_env, bool):
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
         given = locals()  # the options of OptionChanges, by their names
-        self._options = _make_options({name: given[name] for name in _OPTION_NAMES})
+        values = {name: given[name] for name in OPTION_NAMES}
+        self._options = Options.make(values, user_agent=USER_AGENT)
         transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
-        self._shared = _Shared(transport, budget)
+        self._shared = Shared(transport, budget)
         self._owns_transport = True
         self._closed = False
 
@@ -825,16 +544,9 @@ class AsyncSearchClient:
         Closing the returned client does not close the shared pool.
         """
         self._check_open()
-        for name in changes:
-            if name not in _OPTION_NAMES:
-                raise TypeError(f"with_options() got an unexpected keyword argument {name!r}")
-        old = self._options
-        current: dict[str, Any] = {name: getattr(old, name) for name in _OPTION_NAMES}
-        new: dict[str, Any] = dict(changes)
-        if new.get("headers") is not None:
-            new["headers"] = _merge_headers(old.headers, new["headers"])
+        options = self._options.merge(changes)
         child = object.__new__(AsyncSearchClient)
-        child._options = _make_options({**current, **new})
+        child._options = options
         child._shared = self._shared
         child._owns_transport = False
         child._closed = False
@@ -855,166 +567,17 @@ class AsyncSearchClient:
         request: Request[T],
         *,
         pressure: AdaptiveConcurrency | None = None,
-        call: _Call | None = None,
+        call: Options | None = None,
         span: CallSpan = NO_SPAN,
     ) -> APIResponse[T]:
-        """Send a request with retries; return the success response or raise its error.
+        """Send a request with retries under ``call``'s options (else the client's).
 
-        ``pressure`` is told about successes and overload answers (429, 503, with their
-        ``Retry-After``), so that a bulk fetch can slow down as a whole. ``call`` holds the
-        call's own options (its extras already applied to ``request``); ``span`` gets the
-        retries.
+        ``pressure`` and ``span``: see ``_call.send``.
         """
-        opts = self._options
-        shared = self._shared
-        if self._closed or shared.transport.closed:  # self._check_open(), written out
+        if self._closed or self._shared.transport.closed:  # self._check_open(), written out
             raise ClientClosedError("the client is closed")
-        secret = opts.api_key.get()
-        url = opts.base_url + request.target
-        settings = opts if call is None else call
-        headers = (
-            settings.headers_without_body if request.body is None else settings.headers_with_body
-        )
-        timeout = settings.timeout
-        max_retries = settings.max_retries
-        # May the request be sent again once it may have reached the service? See retry_search.
-        idempotent = request.idempotent or opts.retry_search == "always"
-        attempts = 0
-        while True:
-            attempts += 1
-            started = time.monotonic()
-            try:
-                response = await shared.transport.send(
-                    request.method,
-                    url,
-                    headers=headers,
-                    body=request.body,
-                    timeout=timeout,
-                    max_response_bytes=opts.max_response_bytes,
-                    max_redirects=opts.max_redirects,
-                    ssl=opts.ssl,
-                    secret=secret,
-                    queued=pressure is not None,
-                )
-            except APIConnectionError as exc:
-                exc.attempts = attempts
-                path = request.path
-                logger.debug(
-                    "%s %s -> %s (attempt %d, %.3fs)",
-                    request.method,
-                    path,
-                    type(exc).__name__,
-                    attempts,
-                    time.monotonic() - started,
-                )
-                if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
-                    raise
-                timed_out = isinstance(exc, APITimeoutError)
-                if not self._may_retry(exc, attempts, max_retries, after_timeout=timed_out):
-                    raise
-                delay = self._backoff(attempts)
-                self._log_retry(request, path, attempts, max_retries, delay, type(exc).__name__)
-                span.retry(attempts, delay, type(exc).__name__)
-                await _sleep(delay)
-                continue
-            except AsyncSearchError as exc:
-                exc.attempts = attempts
-                raise
-
-            status = response.status
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "%s %s -> %d (attempt %d, %.3fs)",
-                    request.method,
-                    request.path,
-                    status,
-                    attempts,
-                    response.elapsed,
-                )
-            if 200 <= status < 300:
-                if shared.retry_budget is not None:
-                    shared.retry_budget.on_success()
-                if pressure is not None:
-                    pressure.on_success()
-                return _api_response(request, response, attempts, secret)
-
-            path = request.path
-            # The error keeps the headers: without the key, should the server have echoed it.
-            response = msgspec.structs.replace(
-                response, headers=scrub_headers(response.headers, secret)
-            )
-            retry_after = protocol.parse_retry_after(response.headers)
-            if pressure is not None and status in (429, 503):
-                pressure.on_overload()
-                if retry_after is not None and retry_after <= opts.max_retry_after:
-                    # The service asked everyone to wait, not only this call.
-                    pressure.pause(retry_after)
-            error = protocol.status_error(
-                response,
-                method=request.method,
-                attempts=attempts,
-                secret=secret,
-                retry_after=retry_after,
-                reason=_redirect_reason(response),
-            )
-            if not protocol.is_retryable_status(status, idempotent=idempotent):
-                raise error
-            if retry_after is not None and retry_after > opts.max_retry_after:
-                logger.info(
-                    "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; "
-                    "not retrying",
-                    request.method,
-                    path,
-                    retry_after,
-                    opts.max_retry_after,
-                )
-                raise error
-            if not self._may_retry(error, attempts, max_retries, after_timeout=False):
-                raise error
-            delay = retry_after if retry_after is not None else self._backoff(attempts)
-            self._log_retry(request, path, attempts, max_retries, delay, f"status {status}")
-            span.retry(attempts, delay, f"status {status}")
-            await _sleep(delay)
-
-    def _may_retry(
-        self, error: AsyncSearchError, attempts: int, max_retries: int, *, after_timeout: bool
-    ) -> bool:
-        """Whether another attempt may follow ``error``; says on the error why not, if not."""
-        if attempts > max_retries:
-            return False
-        budget = self._shared.retry_budget
-        if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
-            logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
-            error.retries_stopped = (
-                f"the client's retry budget is spent ({attempts - 1} of max_retries="
-                f"{max_retries} retries made; see RetryBudget)"
-            )
-            return False
-        return True
-
-    def _backoff(self, attempts: int) -> float:
-        return protocol.backoff_delay(
-            attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=self._shared.random.random
-        )
-
-    def _log_retry(
-        self,
-        request: Request[Any],
-        path: str,
-        attempts: int,
-        max_retries: int,
-        delay: float,
-        reason: str,
-    ) -> None:
-        logger.info(
-            "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
-            request.method,
-            path,
-            delay,
-            attempts,
-            max_retries + 1,
-            reason,
-        )
+        options = self._options if call is None else call
+        return await send(self._shared, options, request, pressure=pressure, span=span)
 
     # -- endpoints ---------------------------------------------------------------------------
 
@@ -1031,68 +594,31 @@ class AsyncSearchClient:
                 f"{name} must be >= {first}, the client's first_page, got {page}"
             )
 
-    @overload
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[True]
-    ) -> T: ...
-
-    @overload
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: Literal[False]
-    ) -> APIResponse[T]: ...
-
-    async def _call(
-        self, name: str, request: Request[T], options: Mapping[str, Any], *, parse: bool
-    ) -> T | APIResponse[T]:
-        """Send one call's request under its span; its ``APIResponse``, or parsed if ``parse``."""
-        call = _call_options(self._options, options, name)
+    async def _answer(self, name: str, prepared: _Prepared[T], *, raw: bool) -> Any:
+        """Send an endpoint's request under its span: its ``APIResponse`` if raw, else parsed."""
+        request = prepared.request
+        call = _call_options(self._options, prepared.options, name, search=prepared.search)
         if call is not None:
             request = call.apply(request)
-        with self._options.tracer.call(name, request) as span:
+        with self._options.tracer.call(name, request, attributes=prepared.attributes) as span:
             response = await self._send(request, call=call, span=span)
             span.answered(response)
-            return response.parse() if parse else response
+            if prepared.search and span is not NO_SPAN:
+                try:  # decoded once: parse() gives this page again
+                    span.set("asyncsearch.search.hits", len(response.parse().hits))  # type: ignore[attr-defined]
+                except ResponseValidationError:
+                    if not raw:  # a bad body is the raw caller's, when it parses
+                        raise
+            return response if raw else response.parse()
 
-    async def _search(
-        self, text: str | None, embeddings: bool, params: SearchCallParams, *, parse: bool
-    ) -> Any:
-        self._check_open()
-        options = {k: v for k, v in params.items() if k in _SEARCH_OPTIONS}
-        search_params = cast(
-            SearchParams, {k: v for k, v in params.items() if k not in _SEARCH_OPTIONS}
-        )
-        self._check_page("page", search_params.get("page"))
-        request: Request[Any] = protocol.search(text, **search_params)
-        if not embeddings:
-            request = protocol.without_embeddings(request)
-        call = _call_options(self._options, options, "search", search=True)
-        if call is not None:
-            request = call.apply(request)
-        page_number = search_params.get("page")
-        with self._options.tracer.call(
-            "search",
-            request,
-            attributes=None if page_number is None else {"asyncsearch.search.page": page_number},
-        ) as span:
-            response = await self._send(request, call=call, span=span)
-            span.answered(response)
-            if not parse:
-                if span is not NO_SPAN:
-                    # Decoded once: the caller's parse() gets this page; a bad body is theirs.
-                    with contextlib.suppress(ResponseValidationError):
-                        span.set("asyncsearch.search.hits", len(response.parse().hits))
-                return response
-            page = response.parse()
-            span.set("asyncsearch.search.hits", len(page.hits))
-            return page
-
-    async def search(
+    @_Endpoint
+    def search(
         self,
         text: str | None = None,
         *,
         embeddings: bool = True,
         **params: Unpack[SearchCallParams],
-    ) -> SearchPage:
+    ) -> _Prepared[SearchPage]:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
@@ -1107,43 +633,51 @@ class AsyncSearchClient:
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
         """
-        page: SearchPage = await self._search(text, embeddings, params, parse=True)
-        return page
+        self._check_open()
+        options = {k: v for k, v in params.items() if k in SEARCH_OPTIONS}
+        search = cast(SearchParams, {k: v for k, v in params.items() if k not in SEARCH_OPTIONS})
+        page = search.get("page")
+        self._check_page("page", page)
+        request = protocol.search(text, **search)
+        if not embeddings:
+            request = protocol.without_embeddings(request)
+        attributes = None if page is None else {"asyncsearch.search.page": page}
+        return _Prepared(request, options, search=True, attributes=attributes)
 
-    async def get_extraction(
+    @_Endpoint
+    def get_extraction(
         self,
         job_id: str | uuid.UUID,
         *,
         format: ExtractionFormat | None = None,
         **options: Unpack[RequestOptions],
-    ) -> ExtractionJob:
+    ) -> _Prepared[ExtractionJob]:
         """The result of an extraction job; ``format`` is "json" or "markdown".
 
         Raises ``NotFoundError`` when the job does not exist.
         """
-        request = protocol.get_extraction(job_id, format=format)
-        return await self._call("get_extraction", request, options, parse=True)
+        return _Prepared(protocol.get_extraction(job_id, format=format), options)
 
-    async def link_preview(
+    @_Endpoint
+    def link_preview(
         self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
-    ) -> LinkPreview:
+    ) -> _Prepared[LinkPreview]:
         """Open-graph data of a URL; ``type`` is "cache" or "link"."""
-        request = protocol.link_preview(url, type=type)
-        return await self._call("link_preview", request, options, parse=True)
+        return _Prepared(protocol.link_preview(url, type=type), options)
 
-    async def list_webhook_logs(
+    @_Endpoint
+    def list_webhook_logs(
         self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> list[WebhookLogSummary]:
+    ) -> _Prepared[list[WebhookLogSummary]]:
         """The webhook delivery attempts of an extraction job, in summary form."""
-        request = protocol.list_webhook_logs(job_id)
-        return await self._call("list_webhook_logs", request, options, parse=True)
+        return _Prepared(protocol.list_webhook_logs(job_id), options)
 
-    async def get_webhook_log(
+    @_Endpoint
+    def get_webhook_log(
         self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
-    ) -> WebhookLog:
+    ) -> _Prepared[WebhookLog]:
         """One webhook delivery attempt with its request payload and response body."""
-        request = protocol.get_webhook_log(job_id, log_id)
-        return await self._call("get_webhook_log", request, options, parse=True)
+        return _Prepared(protocol.get_webhook_log(job_id, log_id), options)
 
     # -- paging ------------------------------------------------------------------------------
 
@@ -1292,7 +826,7 @@ class AsyncSearchClient:
         ordered: bool,
         format: ExtractionFormat | None,
         on_progress: Callable[[int, int | None], object] | None,
-        call: _Call | None,
+        call: Options | None,
         span: LazySpan,
     ) -> FanOut[Id, ExtractionResult[Id]]:
         self._check_open()
@@ -1417,18 +951,7 @@ class AsyncSearchClient:
         call = _call_options(self._options, options, "wait_for_extraction")
         if call is not None:
             request = call.apply(request)
-        if in_progress is not None and until is not None:
-            raise InvalidRequestError("pass until= or in_progress=, not both")
-        if until is not None:
-            done = _until(until)
-        elif in_progress is None:
-            done = _not_in_progress
-        else:
-            waiting = _states("in_progress", in_progress)
-
-            def done(job: ExtractionJob) -> bool:
-                return job.state not in waiting
-
+        done = _done_when(until, in_progress)
         span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
         attempts = 0
@@ -1446,7 +969,7 @@ class AsyncSearchClient:
                             span.set("asyncsearch.job.state", last.state)
                         span.end()
                         return last
-                    await _sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
+                    await _call._sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
                     delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
             assert scope.cancelled_caught
             state = last.state if last is not None else None
@@ -1458,6 +981,29 @@ class AsyncSearchClient:
         except BaseException as exc:
             span.end(exc)
             raise
+
+
+class RawResponseClient:
+    """The client's endpoints returning ``APIResponse`` (status, headers, attempts) instead.
+
+    Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
+    client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
+    The endpoints are the client's own (``_Endpoint``), not declared again.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: AsyncSearchClient) -> None:
+        self._client = client
+
+    search = AsyncSearchClient.search
+    get_extraction = AsyncSearchClient.get_extraction
+    link_preview = AsyncSearchClient.link_preview
+    list_webhook_logs = AsyncSearchClient.list_webhook_logs
+    get_webhook_log = AsyncSearchClient.get_webhook_log
+
+    def __repr__(self) -> str:
+        return f"<RawResponseClient of {self._client!r}>"
 
 
 #: The job states ``wait_for_extraction`` has already said it does not know (logged once each).
@@ -1481,23 +1027,15 @@ def _not_in_progress(job: ExtractionJob) -> bool:
     return True
 
 
-def _redirect_reason(response: Response) -> str | None:
-    if 300 <= response.status < 400:
-        location = response.headers.get("Location")
-        if location is None:
-            return "a redirect without a Location header"
-        return (
-            "a redirect to another origin was not followed: only same-origin redirects are "
-            "followed, so the API key is never sent anywhere else"
-        )
-    return None
 
 
 def _states(name: str, states: object) -> frozenset[str]:
     """A non-empty collection of job states, checked."""
     if isinstance(states, str) or not isinstance(states, Collection) or not states:
         raise InvalidRequestError(
-            f"{name} must be a non-empty collection of job states, got {states!r}"
+            f"{name} must be a non-empty collection of job states"
+            + (" or a callable" if name == "until" else "")
+            + f", got {states!r}"
         )
     for state in states:
         if not isinstance(state, str):
@@ -1505,18 +1043,21 @@ def _states(name: str, states: object) -> frozenset[str]:
     return frozenset(states)
 
 
-def _until(
-    until: Callable[[ExtractionJob], bool] | Collection[str],
+def _done_when(
+    until: Callable[[ExtractionJob], bool] | Collection[str] | None,
+    in_progress: Collection[str] | None,
 ) -> Callable[[ExtractionJob], bool]:
+    """``wait_for_extraction``'s test of a polled job, from its ``until`` or ``in_progress``."""
+    if in_progress is not None and until is not None:
+        raise InvalidRequestError("pass until= or in_progress=, not both")
     if callable(until):
         return until
-    if isinstance(until, str) or not isinstance(until, Collection) or not until:
-        raise InvalidRequestError(
-            f"until must be a non-empty collection of job states or a callable, got {until!r}"
-        )
-    states = _states("until", until)
+    if until is None and in_progress is None:
+        return _not_in_progress
+    reached = until is not None
+    states = _states("until", until) if reached else _states("in_progress", in_progress)
 
-    def reached(job: ExtractionJob) -> bool:
-        return job.state in states
+    def done(job: ExtractionJob) -> bool:
+        return (job.state in states) is reached
 
-    return reached
+    return done

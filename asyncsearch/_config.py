@@ -1,14 +1,24 @@
-"""Client options that are plain values: timeouts, defaults, and the "not given" sentinel."""
+"""Every option of a client and of one call, in one type (``Options``), with its checks.
+
+Also ``Timeout``, the defaults and the "not given" sentinel.
+"""
 
 from __future__ import annotations
 
 import enum
 import math
+import os
+import ssl as ssl_module
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal, TypedDict
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
-from ._errors import ConfigurationError
+from . import _protocol as protocol
+from ._errors import AsyncSearchError, ConfigurationError
+from ._tracing import ENV_TRACE_CONTENT, Tracing
+
+if TYPE_CHECKING:
+    from ._protocol import Request
 
 __all__ = [
     "DEFAULT_MAX_REDIRECTS",
@@ -18,10 +28,16 @@ __all__ = [
     "NOT_GIVEN",
     "NO_TIMEOUT",
     "NotGiven",
+    "OptionChanges",
+    "Options",
     "RequestOptions",
     "SearchOptions",
+    "SearchRetryPolicy",
     "Timeout",
+    "check_number",
 ]
+
+T = TypeVar("T")
 
 
 class NotGiven(enum.Enum):
@@ -60,14 +76,7 @@ class Timeout:
     def __post_init__(self) -> None:
         for name in ("connect", "read", "total", "pool"):
             value = getattr(self, name)
-            if value is None:
-                continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
+            if value is not None and not _is_seconds(value):
                 raise ConfigurationError(
                     f"Timeout.{name} must be a positive finite number of seconds or None, "
                     f"got {value!r}"
@@ -86,12 +95,7 @@ class Timeout:
             return NO_TIMEOUT
         if isinstance(value, Timeout):
             return value
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
+        if not _is_seconds(value):
             # Checked here, so that the message names what was passed, not the limit of
             # Timeout that the number would have become.
             raise ConfigurationError(
@@ -105,6 +109,16 @@ class Timeout:
             total=value,
             pool=min(DEFAULT_TIMEOUT.pool or value, value),
         )
+
+
+def _is_seconds(value: object) -> bool:
+    """Whether ``value`` is a positive finite number (a bool is not a number here)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 DEFAULT_TIMEOUT: Final = Timeout()
@@ -144,3 +158,253 @@ class SearchOptions(RequestOptions, total=False):
     """
 
     extra_body: Mapping[str, Any]
+
+
+#: The ``retry_search`` option: see ``AsyncSearchClient``.
+SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
+
+
+class OptionChanges(TypedDict, total=False):
+    """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
+
+    (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
+    which the clients made by ``with_options`` share.)
+    """
+
+    api_key: str
+    base_url: str
+    base_id: str | None
+    timeout: Timeout | float | None
+    max_retries: int
+    headers: Mapping[str, str | None] | None
+    ssl: ssl_module.SSLContext | None
+    max_response_bytes: int
+    allow_http: bool
+    max_retry_after: float
+    max_redirects: int
+    first_page: int
+    retry_search: SearchRetryPolicy
+    tracing: bool
+    trace_content: bool | None
+
+
+OPTION_NAMES: Final = OptionChanges.__optional_keys__
+REQUEST_OPTIONS: Final = RequestOptions.__optional_keys__
+SEARCH_OPTIONS: Final = SearchOptions.__optional_keys__
+#: The field of ``Options`` each keyword of a call sets.
+_CALL_FIELDS: Final = {"extra_headers": "headers", "extra_query": "query", "extra_body": "body"}
+
+
+#: The tracer of options not made by ``merge`` yet: traces nothing.
+_NO_TRACING: Final = Tracing(base_url="", enabled=False, content=False)
+
+
+class _Secret:
+    """Holds the API key so that no repr, log or traceback of the client shows it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Options:
+    """Every option of a client, or of one call of it, checked; ``merge`` makes a changed copy.
+
+    The constructor, ``with_options`` and each call's ``RequestOptions`` all go through
+    ``merge``: a client's options are ``merge`` of its keywords over nothing, a derived client's
+    ``merge`` of its changes over its parent's, one call's ``merge`` of its keywords over its
+    client's (``query`` and ``body`` are a call's ``extra_query`` and ``extra_body``).
+    """
+
+    api_key: _Secret
+    base_url: str
+    base_id: str | None
+    timeout: Timeout
+    max_retries: int
+    headers: Mapping[str, str]
+    ssl: ssl_module.SSLContext | None
+    max_response_bytes: int
+    allow_http: bool
+    max_retry_after: float
+    max_redirects: int
+    first_page: int
+    retry_search: SearchRetryPolicy
+    tracing: bool
+    trace_content: bool | None
+    #: Sent as ``User-Agent``; set by the client (the transport knows the aiohttp version).
+    user_agent: str = field(default="", repr=False)
+    query: tuple[tuple[str, str], ...] = ()
+    body: Mapping[str, Any] | None = None
+    # Derived by merge, once per client or call instead of once per request.
+    headers_without_body: Mapping[str, str] = field(default_factory=dict, repr=False)
+    headers_with_body: Mapping[str, str] = field(default_factory=dict, repr=False)
+    tracer: Tracing = field(default_factory=lambda: _NO_TRACING, repr=False)
+
+    @classmethod
+    def make(cls, values: Mapping[str, Any], *, user_agent: str) -> Options:
+        """The options of a new client: its keywords (``OptionChanges``, all of them), checked."""
+        blank: dict[str, Any] = {**dict.fromkeys(OPTION_NAMES), "headers": {}}
+        return cls(**blank, user_agent=user_agent).merge(values, function="AsyncSearchClient")
+
+    def merge(
+        self,
+        changes: Mapping[str, Any],
+        *,
+        function: str = "with_options",
+        allowed: frozenset[str] = OPTION_NAMES,
+        error: type[AsyncSearchError] = ConfigurationError,
+    ) -> Options:
+        """These options with ``changes`` (keywords of ``function``, among ``allowed``) over them.
+
+        Each change is checked (``error`` for a bad value; ``TypeError`` for a name not in
+        ``allowed``); ``headers`` merge into these ones (see ``with_options``).
+        """
+        if not changes:
+            return self
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in changes.items():
+            if name not in allowed:
+                raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+            try:
+                values[_CALL_FIELDS.get(name, name)] = _check(name, value, self, error, function)
+            except ConfigurationError as exc:
+                if error is ConfigurationError:
+                    raise
+                raise error(exc.message) from None
+        if "base_url" in changes or "allow_http" in changes:
+            values["base_url"] = protocol.check_base_url(
+                values["base_url"], allow_http=values["allow_http"]
+            )
+        return _derive(values, self)
+
+    def apply(self, request: Request[T]) -> Request[T]:
+        """The request with this call's ``extra_query`` and ``extra_body``."""
+        if self.query or self.body:
+            return protocol.with_extras(request, query=self.query, body=self.body)
+        return request
+
+
+def _derive(values: dict[str, Any], old: Options) -> Options:
+    """``Options`` of ``values``, with the request headers and the tracer derived once."""
+    if any(values[name] != getattr(old, name) for name in ("api_key", "base_id", "headers")):
+        values["headers_without_body"], values["headers_with_body"] = (
+            protocol.build_headers(
+                api_key=values["api_key"].get(),
+                base_id=values["base_id"],
+                user_agent=values["user_agent"],
+                extra=values["headers"],
+                has_body=has_body,
+            )
+            for has_body in (False, True)
+        )
+    if any(values[name] != getattr(old, name) for name in ("base_url", "tracing", "trace_content")):
+        content = values["trace_content"]
+        if content is None:
+            content = os.environ.get(ENV_TRACE_CONTENT, "").strip().lower() in ("1", "true", "yes")
+        values["tracer"] = Tracing(
+            base_url=values["base_url"], enabled=values["tracing"], content=content
+        )
+    return Options(**values)
+
+
+def _check(
+    name: str, value: Any, old: Options, error: type[AsyncSearchError], function: str
+) -> Any:
+    """The option ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
+    match name:
+        case "api_key":
+            return value if isinstance(value, _Secret) else _Secret(_check_text(name, value))
+        case "base_url":
+            return value  # checked by merge, with allow_http
+        case "base_id":
+            return None if value is None else _check_text(name, value)
+        case "timeout":
+            return Timeout.coerce(value)
+        case "max_retries" | "max_redirects":
+            return check_number(name, value, minimum=0, integer=True, error=error)
+        case "max_response_bytes":
+            return check_number(name, value, minimum=1, integer=True, error=error)
+        case "max_retry_after":
+            return float(check_number(name, value, minimum=0, error=error))
+        case "first_page":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(f"first_page must be an integer, got {value!r}")
+            return value
+        case "headers" | "extra_headers":
+            if value is None and name == "headers":
+                return {}
+            removes = function == "with_options"  # there is nothing to remove elsewhere
+            return _merge_headers(name, old.headers, value, error, removes=removes)
+        case "extra_query":
+            return protocol.encode_extra_query(value)
+        case "extra_body":
+            return protocol.check_extra_body(value)
+        case "ssl":
+            if value is not None and not isinstance(value, ssl_module.SSLContext):
+                raise ConfigurationError("ssl must be an ssl.SSLContext or None")
+        case "retry_search":
+            if value not in ("safe", "always"):
+                raise ConfigurationError(f"retry_search must be 'safe' or 'always', got {value!r}")
+        case "trace_content":
+            if value is not None and not isinstance(value, bool):
+                raise ConfigurationError("trace_content must be a bool or None")
+        case _:  # allow_http, tracing
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{name} must be a bool")
+    return value
+
+
+def _check_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{name} must be a non-empty string")
+    if any(c in value for c in "\r\n\x00"):
+        raise ConfigurationError(f"{name} must not contain line breaks or NUL characters")
+    return value
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    minimum: float,
+    integer: bool = False,
+    error: type[AsyncSearchError] = ConfigurationError,
+) -> Any:
+    """``value`` if it is a number (an integer if ``integer``) >= ``minimum``; else ``error``."""
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not float(value) >= minimum:  # type: ignore[arg-type]
+        kind = "an integer" if integer else "a number"
+        raise error(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
+    return value
+
+
+def _merge_headers(
+    name: str,
+    headers: Mapping[str, str],
+    changes: object,
+    error: type[AsyncSearchError],
+    *,
+    removes: bool,
+) -> dict[str, str]:
+    """``headers`` with ``changes`` over them, names compared in any case.
+
+    If ``removes`` (``with_options``) a value of None removes the header of that name; elsewhere
+    (the constructor, a call's ``extra_headers``) None is not a header value: ``error``.
+    """
+    if not isinstance(changes, Mapping):
+        none = ", or None" if name == "headers" else ""
+        raise error(f"{name} must be a mapping of header names to values{none}")
+    replaced = {key.lower() for key in changes if isinstance(key, str)}
+    if removes:
+        changes = {key: value for key, value in changes.items() if value is not None}
+    checked = protocol.check_extra_headers(changes, name=name, error=error)
+    kept = {key: value for key, value in headers.items() if key.lower() not in replaced}
+    return {**kept, **checked}

@@ -18,12 +18,13 @@ from asyncsearch import (
     APIConnectionError,
     APITimeoutError,
     AsyncSearchClient,
+    ConfigurationError,
     InternalServerError,
     InvalidRequestError,
     NotFoundError,
     ResponseValidationError,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
@@ -90,7 +91,7 @@ def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     async def fake_sleep(delay: float) -> None:
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
 
 
 async def _first_error(results: list[Any]) -> None:
@@ -507,3 +508,51 @@ def test_an_unknown_asyncsearch_log_value_is_said_not_ignored() -> None:
     assert done.stdout.split() == ["0", "0"]
     assert "ASYNCSEARCH_LOG='verbose' is not a level name" in done.stderr
     assert "debug, error, fatal, info, warn, warning" in done.stderr
+
+
+# -- one options type --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("timeout", -1),
+        ("timeout", "soon"),
+        ("max_retries", -1),
+        ("max_retries", True),
+        ("headers", {"X-Bad": "a\r\nb"}),
+        ("headers", {"X-Api-Key": "other"}),
+        ("headers", ["X-A"]),
+    ],
+)
+async def test_an_option_is_checked_in_one_place_for_a_client_and_a_call(
+    name: str, value: object
+) -> None:
+    """The constructor, ``with_options`` and one call refuse a value with the same words."""
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9")
+    with pytest.raises(ConfigurationError) as made:
+        AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", **{name: value})
+    with pytest.raises(ConfigurationError) as changed:
+        client.with_options(**{name: value})
+    call_name = "extra_headers" if name == "headers" else name
+    with pytest.raises(InvalidRequestError) as called:
+        await client.get_extraction(JOB_ID, **{call_name: value})
+    await client.aclose()
+    message = str(made.value)
+    assert str(changed.value) == message
+    # A call names its own keyword; the rest of the message is the same.
+    assert str(called.value).replace("extra_headers", "headers").replace(", or None", "") == (
+        message.replace(", or None", "")
+    )
+
+
+async def test_a_header_of_none_removes_only_in_with_options() -> None:
+    """None removes a header in ``with_options``; where there is nothing to remove (the
+    constructor, a call's ``extra_headers``) it is a bad value, refused before anything is sent."""
+    with pytest.raises(ConfigurationError, match="X-A"):
+        AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": None})  # type: ignore[dict-item]
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": "1"})
+    assert dict(client.with_options(headers={"x-a": None})._options.headers) == {}
+    with pytest.raises(InvalidRequestError, match="X-A"):
+        await client.get_extraction(JOB_ID, extra_headers={"X-A": None})  # type: ignore[dict-item]
+    await client.aclose()

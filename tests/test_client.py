@@ -9,7 +9,6 @@ import inspect
 import json
 import logging
 import threading
-import typing
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from asyncsearch import (
     ResponseTooLargeError,
     ResponseValidationError,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
@@ -91,7 +90,7 @@ def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
     return delays
 
 
@@ -228,25 +227,24 @@ async def test_with_raw_response_takes_embeddings_and_drops_them(serve: Serve) -
 
 
 def test_raw_response_client_has_every_endpoint_with_the_same_signature() -> None:
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9")
     names = ("search", "get_extraction", "link_preview", "list_webhook_logs", "get_webhook_log")
     for name in names:
-        raw_method = getattr(asyncsearch.RawResponseClient, name)
-        plain_method = getattr(AsyncSearchClient, name)
-        raw_overloads = typing.get_overloads(raw_method)
-        plain_overloads = typing.get_overloads(plain_method)
-        assert len(raw_overloads) == len(plain_overloads), name
-        # The implementations take the same arguments; each overload (or the method itself
-        # when there is none) returns an APIResponse of what the plain method returns.
-        pairs = list(zip(raw_overloads, plain_overloads, strict=True)) or [
-            (raw_method, plain_method)
-        ]
-        raw_parameters = inspect.signature(raw_method).parameters
-        assert raw_parameters == inspect.signature(plain_method).parameters, name
-        for raw_function, plain_function in pairs:
-            raw = inspect.signature(raw_function)
-            plain = inspect.signature(plain_function)
-            assert raw.parameters == plain.parameters, name
-            assert raw.return_annotation == f"APIResponse[{plain.return_annotation}]", name
+        plain_method = getattr(client, name)
+        raw_method = getattr(client.with_raw_response, name)
+        # One declaration: the same arguments and docstring; the raw one returns an APIResponse
+        # of what the plain method returns.
+        plain = inspect.signature(plain_method)
+        raw = inspect.signature(raw_method)
+        assert "self" not in plain.parameters, name
+        assert raw.parameters == plain.parameters, name
+        assert raw.return_annotation == f"APIResponse[{plain.return_annotation}]", name
+        assert not plain.return_annotation.startswith("_"), name
+        assert raw_method.__doc__ == plain_method.__doc__, name
+        assert plain_method.__name__ == name
+    expected = {"search": "SearchPage", "get_extraction": "ExtractionJob"}
+    for name, model in expected.items():
+        assert inspect.signature(getattr(client, name)).return_annotation == model
 
 
 async def test_a_page_below_first_page_is_refused_before_sending(serve: Serve) -> None:

@@ -34,6 +34,7 @@ from asyncsearch import (
     RetryBudget,
     Timeout,
     WaitTimeoutError,
+    _call,
     _client,
 )
 
@@ -89,7 +90,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
     return delays
 
 
@@ -409,13 +410,13 @@ async def test_retry_after_pauses_the_whole_batch(
     # The other first calls are answered only once the client has taken in the 429 (it is
     # sleeping before its retry): no bet that a 429 outruns answers sent 20 ms later.
     throttled = asyncio.Event()
-    real_sleep = _client._sleep
+    real_sleep = _call._sleep
 
     async def backoff(delay: float) -> None:
         throttled.set()
         await real_sleep(delay)
 
-    monkeypatch.setattr(_client, "_sleep", backoff)
+    monkeypatch.setattr(_call, "_sleep", backoff)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         nonlocal first
@@ -626,7 +627,7 @@ async def test_cancelling_during_a_backoff_sleep(
             all_sleeping.set()
         await asyncio.Event().wait()  # a backoff that lasts until the cancellation
 
-    monkeypatch.setattr(_client, "_sleep", backoff)
+    monkeypatch.setattr(_call, "_sleep", backoff)
     server = await serve(extract_handler(default=503))
     async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=5) as client:
         task = asyncio.create_task(client.gather_extractions(job_ids(4), concurrency=4))

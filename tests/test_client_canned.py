@@ -18,7 +18,7 @@ from aioresponses import aioresponses
 from yarl import URL
 
 import asyncsearch
-from asyncsearch import AsyncSearchClient, _client
+from asyncsearch import AsyncSearchClient, _call
 
 from .conftest import API_KEY, JOB_ID, LOG_ID
 
@@ -39,7 +39,7 @@ async def client(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncSearchCl
     async def no_sleep(delay: float) -> None:
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", no_sleep)
+    monkeypatch.setattr(_call, "_sleep", no_sleep)
     async with AsyncSearchClient(API_KEY, base_url=BASE + "/") as c:
         yield c
 

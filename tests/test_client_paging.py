@@ -20,7 +20,7 @@ from asyncsearch import (
     SearchHit,
     SearchPage,
     Timeout,
-    _client,
+    _call,
     _protocol,
 )
 
@@ -562,7 +562,7 @@ async def test_per_call_options_reach_every_page_of_a_walk(
     async def no_backoff(delay: float) -> None:
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", no_backoff)
+    monkeypatch.setattr(_call, "_sleep", no_backoff)
     pages = paged_search(30)
     refused: set[int] = set()
 

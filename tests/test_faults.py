@@ -42,7 +42,7 @@ from asyncsearch import (
     RetryBudget,
     SearchPage,
     Timeout,
-    _client,
+    _call,
 )
 from asyncsearch._transport import _translate
 from asyncsearch.testing import ServiceEmulator
@@ -79,7 +79,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", record)
+    monkeypatch.setattr(_call, "_sleep", record)
     return delays
 
 
@@ -796,7 +796,7 @@ async def test_closing_with_requests_in_flight_and_in_backoff(
         in_backoff.set()
         await closed.wait()
 
-    monkeypatch.setattr(_client, "_sleep", backoff)
+    monkeypatch.setattr(_call, "_sleep", backoff)
 
     async def respond(request: RawRequest, conn: Conn) -> bool:
         if "webhook-logs" in request.target:

@@ -24,7 +24,7 @@ from asyncsearch import (
     RateLimitError,
     Timeout,
     UnprocessableEntityError,
-    _client,
+    _call,
 )
 from asyncsearch.testing import ServiceEmulator, fake_image_data_url
 
@@ -53,7 +53,7 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", record)
+    monkeypatch.setattr(_call, "_sleep", record)
     return delays
 
 

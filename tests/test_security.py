@@ -26,7 +26,7 @@ from asyncsearch import (
     ExtractionJob,
     InvalidRequestError,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, LOG_ID
@@ -56,7 +56,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", record)
+    monkeypatch.setattr(_call, "_sleep", record)
     return delays
 
 

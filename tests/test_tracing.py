@@ -31,7 +31,7 @@ from asyncsearch import (
     NotFoundError,
     ResponseValidationError,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
@@ -75,7 +75,7 @@ def no_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     async def fake_sleep(delay: float) -> None:
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from asyncsearch import (
     PoolTimeoutError,
     RetryBudget,
     Timeout,
-    _client,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
@@ -44,7 +44,7 @@ def backoff_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         delays.append(delay)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(_client, "_sleep", fake_sleep)
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
     return delays
 
 

@@ -35,8 +35,11 @@ from asyncsearch import (
     APIResponse,
     RequestOptions,
     Timeout,
+    LinkPreview,
     WaitTimeoutError,
+    WebhookLog,
 )
+from asyncsearch.models import WebhookLogSummary
 
 
 def narrow(result: ExtractionResult) -> str:
@@ -66,8 +69,18 @@ async def calls(client: AsyncSearchClient) -> None:
     assert_type(await client.search("q", embeddings=False), SearchPage)
     raw = await client.with_raw_response.search("q", embeddings=False, sort={"field": "name"})
     assert_type(raw, APIResponse[SearchPage])
-    await client.get_extraction("id", format="markdown")
-    await client.link_preview("https://example.com", type="cache")
+    assert_type(await client.get_extraction("id", format="markdown"), ExtractionJob)
+    assert_type(await client.link_preview("https://example.com", type="cache"), LinkPreview)
+    assert_type(await client.list_webhook_logs("id"), list[WebhookLogSummary])
+    assert_type(await client.get_webhook_log("id", "log"), WebhookLog)
+    # The raw variant of each endpoint: the same arguments, an APIResponse of the same model.
+    raws = client.with_raw_response
+    assert_type(await raws.get_extraction("id", format="json"), APIResponse[ExtractionJob])
+    assert_type(await raws.link_preview("https://example.com"), APIResponse[LinkPreview])
+    listed = await raws.list_webhook_logs("id", timeout=1)
+    assert_type(listed, APIResponse[list[WebhookLogSummary]])
+    assert_type(await raws.get_webhook_log("id", "log"), APIResponse[WebhookLog])
+    assert_type((await raws.search("q")).parse(), SearchPage)
     await client.wait_for_extraction("id", until={"processing", "done"})
     async with client.search_hits("q", embeddings=False, max_items=5) as hits:
         async for hit in hits:
@@ -123,7 +136,7 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
 """
 
 BAD = """
-from asyncsearch import AsyncSearchClient, ExtractionResult
+from asyncsearch import AsyncSearchClient, ExtractionResult, SearchPage
 
 
 def no_narrowing(result: ExtractionResult) -> str:
@@ -139,6 +152,9 @@ async def typos(client: AsyncSearchClient) -> None:
     await client.search("q", timeout="5")
     await client.gather_extractions(["id"], max_retries="1")
     await client.list_webhook_logs("id", extra_headers={"X": 1})
+    await client.with_raw_response.get_extraction("id", format="markdwon")
+    await client.with_raw_response.search("q", pagesize=10)
+    page: SearchPage = (await client.with_raw_response.search("q")).hits
 """
 
 
@@ -181,7 +197,7 @@ def test_typos_in_closed_sets_and_argument_names_fail_type_checking(tmp_path: Pa
 
 
 #: The lines of BAD that hold a mistake.
-BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17]
+BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
 
 
 def _pyright(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,308 @@
+"""One call: its attempts, retries with backoff and the retry budget, and the answer.
+
+``send`` is the request loop every endpoint, pager and bulk helper goes through, in small
+layers (as httpx's ``send`` -> ``_send_handling_auth`` -> ...): ``send`` runs the attempts and
+sleeps between them, ``_attempt`` makes one, ``_status_error`` turns an answer that is not a
+success into its error, and ``_retry_delay`` decides whether (and after how long) another
+attempt follows. The call's span gets the retries; ``APIResponse`` is the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from urllib.parse import urlsplit
+
+import anyio
+import msgspec
+
+from . import _protocol as protocol
+from ._concurrency import AdaptiveConcurrency, RetryBudget
+from ._config import Options
+from ._errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AsyncSearchError,
+    ResponseValidationError,
+)
+from ._protocol import Request, Response
+from ._tracing import NO_SPAN
+from ._transport import Transport, scrub_headers
+
+if TYPE_CHECKING:
+    from ._tracing import CallSpan
+
+__all__ = ["APIResponse", "Shared", "send"]
+
+T = TypeVar("T")
+
+logger = logging.getLogger("asyncsearch")
+
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 8.0
+# Looked up at call time, so tests can record backoff delays instead of sleeping them.
+_sleep = anyio.sleep
+
+
+class Shared:
+    """What a client and the clients made by ``with_options`` share: the pool and the budget."""
+
+    def __init__(self, transport: Transport, retry_budget: RetryBudget | None) -> None:
+        self.transport = transport
+        self.retry_budget = retry_budget
+        self.random = random.Random()
+
+
+class APIResponse(Generic[T]):
+    """A success response with its metadata; ``parse()`` gives the typed model.
+
+    ``status_code``, ``headers`` (case-insensitive), ``elapsed`` (seconds of the last attempt),
+    ``attempts`` (how many were made), ``url`` and ``content`` (the raw body).
+    """
+
+    __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
+    # Made by the client only (_api_response): no constructor of its own in help().
+    _request: Request[T]
+    _response: Response
+    _parsed: tuple[T] | None
+    _secret: str
+    attempts: int
+
+    @property
+    def status_code(self) -> int:
+        return self._response.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        # Scrubbed here, where they leave the client, not for every answer of a bulk fetch.
+        return scrub_headers(self._response.headers, self._secret)
+
+    @property
+    def elapsed(self) -> float:
+        return self._response.elapsed
+
+    @property
+    def url(self) -> str:
+        return self._response.url
+
+    @property
+    def content(self) -> bytes:
+        return self._response.body
+
+    @property
+    def request_id(self) -> str | None:
+        """The id the service gave this answer (``X-Request-Id`` or ``Request-Id``), if any."""
+        return protocol.request_id(self.headers)
+
+    def parse(self) -> T:
+        """Decode the body (once; later calls return the same object).
+
+        Raises ``ResponseValidationError`` when the body does not fit the model.
+        """
+        if self._parsed is None:
+            try:
+                self._parsed = (self._request.parse(self._response.body),)
+            except ResponseValidationError as exc:
+                exc.attempts = self.attempts
+                exc.request_id = self.request_id
+                if self._secret and self._secret.encode() in exc.body:
+                    # A server (or a proxy's debug page) echoing the request's headers.
+                    exc.body = exc.body.replace(self._secret.encode(), b"[redacted]")
+                raise
+        return self._parsed[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"<APIResponse [{self.status_code}] {self._request.method} "
+            f"{urlsplit(self.url).path} attempts={self.attempts}>"
+        )
+
+
+def _api_response(
+    request: Request[T], response: Response, attempts: int, secret: str
+) -> APIResponse[T]:
+    answer: APIResponse[T] = APIResponse.__new__(APIResponse)
+    answer._request = request
+    answer._response = response
+    answer._parsed = None
+    answer._secret = secret
+    answer.attempts = attempts
+    return answer
+
+
+async def send(
+    shared: Shared,
+    options: Options,
+    request: Request[T],
+    *,
+    pressure: AdaptiveConcurrency | None = None,
+    span: CallSpan = NO_SPAN,
+) -> APIResponse[T]:
+    """Send a request with retries; return the success response or raise its error.
+
+    ``options`` are the call's (its extras already applied to ``request``). ``pressure`` is
+    told about successes and overload answers (429, 503, with their ``Retry-After``), so that a
+    bulk fetch can slow down as a whole; ``span`` gets the retries.
+    """
+    # May the request be sent again once it may have reached the service? See retry_search.
+    idempotent = request.idempotent or options.retry_search == "always"
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            response = await _attempt(shared, options, request, attempts, pressure is not None)
+        except APIConnectionError as exc:
+            if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
+                raise
+            timed_out = isinstance(exc, APITimeoutError)
+            delay = _retry_delay(shared, options, request, exc, attempts, after_timeout=timed_out)
+            reason = type(exc).__name__
+        else:
+            status = response.status
+            if 200 <= status < 300:
+                if shared.retry_budget is not None:
+                    shared.retry_budget.on_success()
+                if pressure is not None:
+                    pressure.on_success()
+                return _api_response(request, response, attempts, options.api_key.get())
+            error, retry_after = _status_error(options, request, response, attempts, pressure)
+            if not protocol.is_retryable_status(status, idempotent=idempotent):
+                raise error
+            delay = _retry_delay(shared, options, request, error, attempts, retry_after=retry_after)
+            reason = f"status {status}"
+        logger.info(
+            "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
+            request.method,
+            request.path,
+            delay,
+            attempts,
+            options.max_retries + 1,
+            reason,
+        )
+        span.retry(attempts, delay, reason)
+        await _sleep(delay)
+
+
+async def _attempt(
+    shared: Shared, options: Options, request: Request[Any], attempts: int, queued: bool
+) -> Response:
+    """One attempt: the answer, whatever its status; an error carries ``attempts``."""
+    started = time.monotonic()
+    body = request.body
+    try:
+        response = await shared.transport.send(
+            request.method,
+            options.base_url + request.target,
+            headers=options.headers_without_body if body is None else options.headers_with_body,
+            body=body,
+            timeout=options.timeout,
+            max_response_bytes=options.max_response_bytes,
+            max_redirects=options.max_redirects,
+            ssl=options.ssl,
+            secret=options.api_key.get(),
+            queued=queued,
+        )
+    except AsyncSearchError as exc:
+        exc.attempts = attempts
+        if isinstance(exc, APIConnectionError):
+            _log_attempt(request, type(exc).__name__, attempts, time.monotonic() - started)
+        raise
+    if logger.isEnabledFor(logging.DEBUG):
+        _log_attempt(request, response.status, attempts, response.elapsed)
+    return response
+
+
+def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed: float) -> None:
+    logger.debug(
+        "%s %s -> %s (attempt %d, %.3fs)", request.method, request.path, outcome, attempts, elapsed
+    )
+
+
+def _status_error(
+    options: Options,
+    request: Request[Any],
+    response: Response,
+    attempts: int,
+    pressure: AdaptiveConcurrency | None,
+) -> tuple[APIStatusError, float | None]:
+    """The error of an answer that is not a success, and its ``Retry-After`` in seconds.
+
+    ``pressure`` is told of an overload (429, 503) and paused for a ``Retry-After`` it may wait.
+    """
+    secret = options.api_key.get()
+    # The error keeps the headers: without the key, should the server have echoed it.
+    response = msgspec.structs.replace(response, headers=scrub_headers(response.headers, secret))
+    retry_after = protocol.parse_retry_after(response.headers)
+    if pressure is not None and response.status in (429, 503):
+        pressure.on_overload()
+        if retry_after is not None and retry_after <= options.max_retry_after:
+            # The service asked everyone to wait, not only this call.
+            pressure.pause(retry_after)
+    error = protocol.status_error(
+        response,
+        method=request.method,
+        attempts=attempts,
+        secret=secret,
+        retry_after=retry_after,
+        reason=_redirect_reason(response),
+    )
+    return error, retry_after
+
+
+def _retry_delay(
+    shared: Shared,
+    options: Options,
+    request: Request[Any],
+    error: AsyncSearchError,
+    attempts: int,
+    *,
+    after_timeout: bool = False,
+    retry_after: float | None = None,
+) -> float:
+    """How long to wait before the next attempt after ``error``; raises it if none may follow.
+
+    The server's ``Retry-After`` is honoured up to ``max_retry_after``; past it the error is
+    raised at once. ``max_retries`` and the retry budget (which says on the error that it
+    stopped the retries) come next; the delay is otherwise a jittered exponential backoff.
+    """
+    if retry_after is not None and retry_after > options.max_retry_after:
+        logger.info(
+            "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; not retrying",
+            request.method,
+            request.path,
+            retry_after,
+            options.max_retry_after,
+        )
+        raise error
+    max_retries = options.max_retries
+    if attempts > max_retries:
+        raise error
+    budget = shared.retry_budget
+    if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
+        logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
+        error.retries_stopped = (
+            f"the client's retry budget is spent ({attempts - 1} of max_retries="
+            f"{max_retries} retries made; see RetryBudget)"
+        )
+        raise error
+    if retry_after is not None:
+        return retry_after
+    return protocol.backoff_delay(
+        attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=shared.random.random
+    )
+
+
+def _redirect_reason(response: Response) -> str | None:
+    if 300 <= response.status < 400:
+        location = response.headers.get("Location")
+        if location is None:
+            return "a redirect without a Location header"
+        return (
+            "a redirect to another origin was not followed: only same-origin redirects are "
+            "followed, so the API key is never sent anywhere else"
+        )
+    return None
