@@ -713,50 +713,52 @@ async def test_closing_the_client_ends_iter_extractions_over_an_endless_source(
     assert client_tasks() == []
 
 
-async def test_closing_the_client_ends_gather_extractions(serve: Serve) -> None:
+async def close_when_held(
+    serve: Serve, bulk_call: Callable[[AsyncSearchClient], Awaitable[object]]
+) -> list[str]:
+    """Run ``bulk_call`` and close its client once the server holds requests; the ids seen.
+
+    ``bulk_call`` gets the client whose pool is closed and must raise ``ClientClosedError``.
+    """
     entered, gate, seen = asyncio.Event(), asyncio.Event(), []
     server = await serve(gated_handler(entered, gate, seen))
     client = AsyncSearchClient(API_KEY, base_url=server.base_url)
 
-    async def close_when_held() -> None:
+    async def close() -> None:
         await entered.wait()
         await client.aclose()
 
     try:
         async with asyncio.timeout(10 * TIME_SCALE), asyncio.TaskGroup() as tasks:
-            tasks.create_task(close_when_held())
+            tasks.create_task(close())
             with pytest.raises(_client.ClientClosedError, match="closed"):
-                await client.gather_extractions(job_ids(100_000), concurrency=8)
+                await bulk_call(client)
     finally:
         gate.set()
         await client.aclose()
-    assert len(seen) <= 12 + 8  # the held requests, one per slot of concurrency at most
     assert client_tasks() == []
+    return seen
+
+
+async def test_closing_the_client_ends_gather_extractions(serve: Serve) -> None:
+    seen = await close_when_held(
+        serve, lambda client: client.gather_extractions(job_ids(100_000), concurrency=8)
+    )
+    assert len(seen) <= 12 + 8  # the held requests, one per slot of concurrency at most
 
 
 async def test_a_with_options_client_closed_with_its_pool_ends_the_bulk_call(
     serve: Serve,
 ) -> None:
     # A copy made by with_options shares the pool: closing the parent ends the copy's call too.
-    entered, gate, seen = asyncio.Event(), asyncio.Event(), []
-    server = await serve(gated_handler(entered, gate, seen))
-    client = AsyncSearchClient(API_KEY, base_url=server.base_url)
-    child = client.with_options(max_retries=0)
     closed: list[bool] = []
 
-    async def close_when_held() -> None:
-        await entered.wait()
-        await client.aclose()
+    async def iterate(client: AsyncSearchClient) -> None:
+        child = client.with_options(max_retries=0)
+        async for _ in child.iter_extractions(endless_ids(closed), concurrency=4):
+            pass
 
-    try:
-        async with asyncio.timeout(10 * TIME_SCALE), asyncio.TaskGroup() as tasks:
-            tasks.create_task(close_when_held())
-            with pytest.raises(_client.ClientClosedError):
-                async for _ in child.iter_extractions(endless_ids(closed), concurrency=4):
-                    pass
-    finally:
-        gate.set()
-        await client.aclose()
+    await close_when_held(serve, iterate)
     assert closed == [True]
 
 
