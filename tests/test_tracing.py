@@ -823,3 +823,46 @@ def test_with_no_meter_provider_set_a_call_is_not_even_timed() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "1"]
+
+
+@pytest.fixture
+def aiohttp_instrumented() -> Iterator[None]:
+    """aiohttp instrumented by opentelemetry-instrumentation-aiohttp-client for one test.
+
+    The instrumentor patches ``aiohttp.ClientSession.__init__`` for the whole process: it is
+    undone however the test ends, and only sessions made inside the test are instrumented (an
+    xdist worker runs one test at a time, so no other test makes a session meanwhile).
+    """
+    instrumentation = pytest.importorskip(
+        "opentelemetry.instrumentation.aiohttp_client",
+        reason="needs opentelemetry-instrumentation-aiohttp-client (in the test extra)",
+    )
+    instrumentor = instrumentation.AioHttpClientInstrumentor()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+async def test_instrumented_aiohttp_spans_are_one_per_attempt_under_the_call_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], aiohttp_instrumented: None
+) -> None:
+    server = await serve(service(statuses=[503, 503, 200]))
+    async with make_client(server) as client:
+        await client.get_extraction(JOB_ID)
+    ended = spans()
+    (call,) = [span for span in ended if span.name == "asyncsearch.get_extraction"]
+    attempts = [span for span in ended if span is not call]
+    assert len(attempts) == 3
+    assert _children(ended, call) == attempts  # each attempt's span is the call span's child
+    assert all(span.kind is SpanKind.CLIENT for span in attempts)
+    # Named by the old or the stable HTTP conventions (OTEL_SEMCONV_STABILITY_OPT_IN).
+    statuses = [
+        dict(span.attributes or {}).get("http.response.status_code")
+        or dict(span.attributes or {}).get("http.status_code")
+        for span in attempts
+    ]
+    assert statuses == [503, 503, 200]
+    assert (call.attributes or {})["asyncsearch.attempts"] == 3
+    assert not [t for span in ended for t in _texts(span) if API_KEY in t]
