@@ -23,6 +23,7 @@ set, records nothing: the call is then not even timed).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -119,8 +120,8 @@ def _get_histogram() -> Any:
 
 def error_type(error: BaseException) -> str:
     """``error.type`` as the semantic conventions give it: an HTTP error's status code, else the
-    error's fully qualified class name (as a traceback prints it; ``asyncsearch.NotFoundError``
-    rather than the private module that defines it)."""
+    error's fully qualified class name (as a traceback prints it, but a public name by its public
+    path: ``asyncsearch.NotFoundError``, not the private module that defines it)."""
     status_code = getattr(error, "status_code", None)
     if isinstance(status_code, int) and status_code >= 400:
         return str(status_code)
@@ -128,7 +129,8 @@ def error_type(error: BaseException) -> str:
     module = cls.__module__
     if module == "builtins":
         return cls.__qualname__
-    if module.startswith("asyncsearch._"):
+    public = getattr(sys.modules.get("asyncsearch"), cls.__qualname__, None)
+    if module.startswith("asyncsearch._") and public is cls:
         module = "asyncsearch"
     return f"{module}.{cls.__qualname__}"
 

@@ -41,7 +41,8 @@ from asyncsearch import (
     Timeout,
     _client,
 )
-from asyncsearch._tracing import CallSpan, Tracing, redact_query
+from asyncsearch._cli._run import CommandError
+from asyncsearch._tracing import CallSpan, Tracing, error_type, redact_query
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
 from .faults_helpers import Conn, RawRequest, raw_server, stall
@@ -866,3 +867,28 @@ async def test_instrumented_aiohttp_spans_are_one_per_attempt_under_the_call_spa
     assert statuses == [503, 503, 200]
     assert (call.attributes or {})["asyncsearch.attempts"] == 3
     assert not [t for span in ended for t in _texts(span) if API_KEY in t]
+
+
+class _PrivateError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            NotFoundError(
+                "gone", status_code=404, headers={}, body=None, method="GET", url="http://x/"
+            ),
+            "404",
+        ),
+        (APITimeoutError(), "asyncsearch.APITimeoutError"),
+        (ValueError("x"), "ValueError"),
+        (asyncio.CancelledError(), "asyncio.exceptions.CancelledError"),
+        (_PrivateError(), f"{__name__}._PrivateError"),
+        # Not a public name: by the module that defines it.
+        (CommandError("x"), "asyncsearch._cli._run.CommandError"),
+    ],
+)
+def test_error_type_takes_the_conventions_values(error: BaseException, expected: str) -> None:
+    assert error_type(error) == expected
