@@ -9,15 +9,22 @@ back a span that records nothing; such a call gets ``NO_SPAN`` and nothing more 
 nothing are not even started.
 
 What a span holds: the stable HTTP semantic-convention attributes (``http.request.method``,
-``server.address``, ``server.port``, ``url.full`` without its query, ``http.response.status_code``,
-``error.type``), ``asyncsearch.attempts``, ``asyncsearch.request_id``, retries as
-``asyncsearch.retry`` events with their reason, and the page number and hit count of search
-pages. Never a header (so never the API key), and the query text, image, request body and URL
-query only when ``trace_content`` is on.
+``server.address``, ``server.port``, ``url.full`` with its query's values ``REDACTED``,
+``http.response.status_code``, ``error.type``), ``asyncsearch.attempts``,
+``asyncsearch.request_id``, retries as ``asyncsearch.retry`` events with their reason, and the
+page number and hit count of search pages. Never a header (so never the API key), and the query
+text, image, request body and URL query values only when ``trace_content`` is on.
+
+Each call the caller made (not the requests of a pager, a bulk call or a wait: those are parts
+of one call) also records its duration in the ``asyncsearch.client.operation.duration``
+histogram, once an OpenTelemetry meter provider is set (the API's own provider, before one is
+set, records nothing: the call is then not even timed).
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,26 +55,93 @@ class Answer(Protocol):
 #: Turns ``trace_content`` on when the client is not given it: "1", "true" or "yes".
 ENV_TRACE_CONTENT = "ASYNCSEARCH_TRACE_CONTENT"
 
+#: The histogram of the calls' durations. The semantic conventions name an SDK's logical
+#: operations ``{namespace}.client.operation.duration`` in seconds (``db.``, ``gen_ai.``, ``mcp.``
+#: ``client.operation.duration``); a call here may span several HTTP requests (retries, pages),
+#: so ``http.client.request.duration`` (one per request: aiohttp's instrumentation records it)
+#: would be the wrong name.
+OPERATION_DURATION = "asyncsearch.client.operation.duration"
+#: The conventions' bucket advice for ``http.client.request.duration``: a call is HTTP requests.
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+#: The conventions' stand-in for a value left out of ``url.full``.
+REDACTED = "REDACTED"
+
 _UNKNOWN: Any = object()
 _tracer: Any = _UNKNOWN
+_histogram: Any = None
 # opentelemetry's modules, once imported (by _get_tracer, on the first call of a client).
 _trace: Any = None
 _context: Any = None
+_metrics: Any = None
+# Whether a meter provider was set; once set it stays (OpenTelemetry allows no second one).
+_metering = False
 
 
 def _get_tracer() -> Tracer | None:
     """The package's tracer, or None without opentelemetry-api; imported on first use only."""
-    global _tracer, _trace, _context
+    global _tracer, _trace, _context, _metrics
     if _tracer is _UNKNOWN:
         try:
-            from opentelemetry import context, trace
+            from opentelemetry import context, metrics, trace
         except ImportError:
             _tracer = None
         else:
-            _trace, _context = trace, context
+            _trace, _context, _metrics = trace, context, metrics
             # A proxy until the application sets a provider, then that provider's tracer.
             _tracer = trace.get_tracer("asyncsearch", __version__)
     return _tracer  # type: ignore[no-any-return]
+
+
+def _get_histogram() -> Any:
+    """The duration histogram once a meter provider is set, else None (then nothing is timed)."""
+    global _metering, _histogram
+    if not _metering:
+        # Until the application sets one, the API hands out its own provider (a proxy, or the
+        # no-op one), whose instruments record nothing: timing calls for it would be waste.
+        if type(_metrics.get_meter_provider()).__module__.startswith("opentelemetry.metrics"):
+            return None
+        _metering = True
+        meter = _metrics.get_meter("asyncsearch", __version__)
+        try:
+            _histogram = meter.create_histogram(
+                OPERATION_DURATION,
+                unit="s",
+                description="Duration of asyncsearch calls, retries and waits included.",
+                explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            )
+        except TypeError:  # opentelemetry-api before 1.23 takes no bucket advice
+            _histogram = meter.create_histogram(
+                OPERATION_DURATION,
+                unit="s",
+                description="Duration of asyncsearch calls, retries and waits included.",
+            )
+    return _histogram
+
+
+def error_type(error: BaseException) -> str:
+    """``error.type`` as the semantic conventions give it: an HTTP error's status code, else the
+    error's fully qualified class name (as a traceback prints it, but a public name by its public
+    path: ``asyncsearch.NotFoundError``, not the private module that defines it)."""
+    status_code = getattr(error, "status_code", None)
+    if isinstance(status_code, int) and status_code >= 400:
+        return str(status_code)
+    cls = type(error)
+    module = cls.__module__
+    if module == "builtins":
+        return cls.__qualname__
+    public = getattr(sys.modules.get("asyncsearch"), cls.__qualname__, None)
+    if module.startswith("asyncsearch._") and public is cls:
+        module = "asyncsearch"
+    return f"{module}.{cls.__qualname__}"
+
+
+def redact_query(target: str) -> str:
+    """``target`` with each query parameter's value replaced by ``REDACTED``, names kept."""
+    path, mark, query = target.partition("?")
+    if not mark:
+        return target
+    parts = (part.partition("=") for part in query.split("&") if part)
+    return f"{path}?" + "&".join(name + (f"={REDACTED}" if eq else "") for name, eq, _ in parts)
 
 
 class CallSpan:
@@ -120,14 +194,58 @@ class CallSpan:
 NO_SPAN = CallSpan()
 
 
-class _Recording(CallSpan):
-    __slots__ = ("_ended", "_held", "_span", "_token")
+class _Timed(CallSpan):
+    """A call that records its duration in the histogram (when ``metric`` is given) and no span."""
 
-    def __init__(self, span: Span) -> None:
-        self._span = span
-        self._token: object = None
+    __slots__ = ("_ended", "_held", "_metric", "_started", "_stopped")
+
+    def __init__(self, metric: dict[str, Any] | None) -> None:
+        self._metric = metric
+        self._started = time.perf_counter()
+        self._stopped: float | None = None
         self._ended = False
         self._held = False
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._held and exc is None:
+            self._stopped = time.perf_counter()
+            return
+        self.end(exc)
+
+    def hold(self) -> None:
+        self._held = True
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._record(error)
+
+    def _record(self, error: BaseException | None) -> None:
+        """One value in the histogram: the call's seconds (to its ``with`` exit when held)."""
+        metric = self._metric
+        if metric is None:
+            return
+        stopped = time.perf_counter() if self._stopped is None else self._stopped
+        if error is not None:
+            # Cancelled too: its duration is not a completed call's, so it is told apart.
+            metric = {**metric, "error.type": error_type(error)}
+        _histogram.record(stopped - self._started, metric)
+
+
+class _Recording(_Timed):
+    __slots__ = ("_end_time", "_span", "_token")
+
+    def __init__(self, span: Span, metric: dict[str, Any] | None) -> None:
+        super().__init__(metric)
+        self._span = span
+        self._token: object = None
+        self._end_time: int | None = None
 
     def __enter__(self) -> CallSpan:
         # Current while the request runs: spans of an instrumented aiohttp nest under it.
@@ -144,6 +262,8 @@ class _Recording(CallSpan):
             _context.detach(self._token)
             self._token = None
         if self._held and exc is None:
+            self._end_time = time.time_ns()
+            self._stopped = time.perf_counter()
             return
         self.end(exc)
 
@@ -200,12 +320,13 @@ class _Recording(CallSpan):
             if isinstance(request_id, str):
                 span.set_attribute("asyncsearch.request_id", request_id)
             if isinstance(error, Exception):
-                span.set_attribute("error.type", type(error).__qualname__)
+                span.set_attribute("error.type", error_type(error))
                 span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__qualname__))
             else:
                 # Cancelled (or the process is exiting): the call ended, nothing failed.
                 span.set_attribute("asyncsearch.cancelled", True)
-        span.end()
+        span.end(self._end_time)
+        self._record(error)
 
 
 class Tracing:
@@ -233,23 +354,29 @@ class Tracing:
         attributes: Mapping[str, Any] | None = None,
     ) -> CallSpan:
         """The span of a call named ``asyncsearch.<name>``: a CLIENT span for ``request``, an
-        INTERNAL one (a pager's, a bulk call's) without; a child of ``parent`` when given."""
+        INTERNAL one (a pager's, a bulk call's) without; a child of ``parent`` when given.
+
+        Without ``parent`` it is a call of the caller's: its duration goes in the histogram.
+        """
         if not self.enabled:
             return NO_SPAN
         tracer = _get_tracer()
         if tracer is None:
             return NO_SPAN
         context = None
+        metric = None
         if parent is not None:
             context = parent.context
             if context is None:
                 return NO_SPAN  # the parent records nothing: neither would its children
+        elif _get_histogram() is not None:
+            metric = {"asyncsearch.operation.name": name, **self._server}
         kind = _trace.SpanKind.INTERNAL if request is None else _trace.SpanKind.CLIENT
         span = tracer.start_span(f"asyncsearch.{name}", context=context, kind=kind)
         if not span.is_recording():
-            return NO_SPAN
+            return NO_SPAN if metric is None else _Timed(metric)
         if request is not None:
-            target = request.target if self.content else request.path
+            target = request.target if self.content else redact_query(request.target)
             span.set_attributes(
                 {
                     "http.request.method": request.method,
@@ -261,7 +388,7 @@ class Tracing:
                 span.set_attribute("asyncsearch.request.body", request.body.decode())
         if attributes:
             span.set_attributes(attributes)
-        return _Recording(span)
+        return _Recording(span, metric)
 
 
 class LazySpan:

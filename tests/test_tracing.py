@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from aiohttp import web
@@ -18,7 +20,13 @@ pytest.importorskip(
     "opentelemetry.sdk", reason="the tracing tests need the OpenTelemetry SDK (in the test extra)"
 )
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -33,6 +41,8 @@ from asyncsearch import (
     Timeout,
     _call,
 )
+from asyncsearch._cli._run import CommandError
+from asyncsearch._tracing import CallSpan, Tracing, error_type, redact_query
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
 from .faults_helpers import Conn, RawRequest, raw_server, stall
@@ -150,8 +160,12 @@ async def test_each_call_makes_one_client_span_named_for_its_method(
     assert attributes["http.request.method"] == ("POST" if method == "search" else "GET")
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["server.port"] == int(server.base_url.rsplit(":", 1)[1])
-    assert str(attributes["url.full"]).startswith(server.base_url + "/v2/")
-    assert "?" not in str(attributes["url.full"])  # the query may hold what the caller sent
+    url, _, query = str(attributes["url.full"]).partition("?")
+    assert url.startswith(server.base_url + "/v2/")
+    # The query's names stay; its values may hold what the caller sent.
+    assert all(value == "REDACTED" for _, value in parse_qsl(query, keep_blank_values=True))
+    if method == "link_preview":
+        assert query == "url=REDACTED"
     assert attributes["http.response.status_code"] == 200
     assert attributes["asyncsearch.attempts"] == 1
     assert attributes["asyncsearch.request_id"] == "rid-1"
@@ -215,7 +229,7 @@ async def test_a_failed_call_records_its_error_type_and_status(
         with pytest.raises(NotFoundError):
             await client.get_extraction(JOB_ID)
     (span,) = spans()
-    assert (span.attributes or {})["error.type"] == "NotFoundError"
+    assert (span.attributes or {})["error.type"] == "404"  # the conventions' value: the status
     assert (span.attributes or {})["http.response.status_code"] == 404
     assert span.status.status_code is StatusCode.ERROR
 
@@ -246,7 +260,7 @@ async def test_a_call_failing_without_an_answer_ends_its_span_in_error(
     attributes = span.attributes or {}
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description == error.__name__
-    assert attributes["error.type"] == error.__name__
+    assert attributes["error.type"] == f"asyncsearch.{error.__name__}"  # its qualified name
     assert attributes["asyncsearch.attempts"] == 2
     assert "http.response.status_code" not in attributes
     (retry,) = span.events
@@ -346,7 +360,9 @@ async def test_a_walk_page_that_does_not_decode_ends_its_span_in_error(
     assert first.status.status_code is StatusCode.UNSET
     assert (first.attributes or {})["asyncsearch.search.hits"] == len(good["hits"])
     assert second.status.status_code is StatusCode.ERROR
-    assert (second.attributes or {})["error.type"] == "ResponseValidationError"
+    assert (second.attributes or {})[
+        "error.type"
+    ] == "asyncsearch.ResponseValidationError"  # a 200: not its status
     assert parent.status.status_code is StatusCode.ERROR
     assert len(ended) == 3
 
@@ -368,7 +384,7 @@ async def test_a_bulk_call_makes_one_parent_with_a_child_per_id(
     assert [span.name for span in children] == ["asyncsearch.get_extraction"] * 5
     assert len(spans()) == 6
     errors = [(s.attributes or {}).get("error.type") for s in children]
-    assert sorted(errors, key=str) == [None] * 4 + ["NotFoundError"]
+    assert sorted(errors, key=str) == ["404"] + [None] * 4
     assert (parent.attributes or {})["asyncsearch.bulk.ids"] == 5
     assert (parent.attributes or {})["asyncsearch.bulk.failed"] == 1
     # Every child ended before its parent.
@@ -606,3 +622,273 @@ def test_without_opentelemetry_every_call_works_and_nothing_imports_it() -> None
         check=True,
     )
     assert imported.stdout.strip() == "False"
+
+
+# The duration histogram, read from the process's global meter provider (set once, like the
+# tracer provider). Delta temporality: each read holds what was recorded since the one before.
+_METRICS = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _meter_provider() -> None:
+    if not isinstance(metrics.get_meter_provider(), MeterProvider):
+        metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
+
+
+Durations = Callable[[], list[tuple[dict[str, Any], int]]]
+
+
+@pytest.fixture
+def durations() -> Durations:
+    """The histogram's points recorded during the test: (attributes, count), sorted."""
+    provider = metrics.get_meter_provider()
+    assert isinstance(provider, MeterProvider)
+    _METRICS.get_metrics_data()  # what earlier tests recorded is dropped
+
+    def read() -> list[tuple[dict[str, Any], int]]:
+        data = _METRICS.get_metrics_data()
+        points: list[tuple[dict[str, Any], int]] = []
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                if scope.scope.name != "asyncsearch":
+                    continue
+                for metric in scope.metrics:
+                    assert metric.name == "asyncsearch.client.operation.duration"
+                    assert metric.unit == "s"
+                    for point in metric.data.data_points:
+                        assert isinstance(point, HistogramDataPoint)
+                        assert point.sum >= 0
+                        if point.count:
+                            points.append((dict(point.attributes or {}), point.count))
+        return sorted(points, key=lambda p: sorted(p[0].items()))
+
+    return read
+
+
+def _operation(server: Server, name: str, error: str | None = None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "asyncsearch.operation.name": name,
+        "server.address": "127.0.0.1",
+        "server.port": int(server.base_url.rsplit(":", 1)[1]),
+    }
+    if error is not None:
+        attributes["error.type"] = error
+    return attributes
+
+
+def _sorted(points: list[tuple[dict[str, Any], int]]) -> list[tuple[dict[str, Any], int]]:
+    return sorted(points, key=lambda p: sorted(p[0].items()))
+
+
+@pytest.mark.parametrize("recording", [True, False])
+async def test_the_histogram_records_one_value_per_call(
+    serve: Serve,
+    spans: Callable[[], list[ReadableSpan]],
+    durations: Durations,
+    recording: bool,
+) -> None:
+    """One value per call the caller made, retried or not, failed or not; a walk, a bulk call and
+    a wait are one call each (not one per request). Also when no span records (an unsampled
+    parent): the histogram does not depend on tracing being sampled."""
+    server = await serve(service(statuses=[503, 200, 404], pages=3))
+    unsampled = trace.NonRecordingSpan(
+        trace.SpanContext(trace_id=1, span_id=1, is_remote=True, trace_flags=trace.TraceFlags(0))
+    )
+    with contextlib.ExitStack() as stack:
+        if not recording:
+            stack.enter_context(trace.use_span(unsampled))
+        async with make_client(server) as client:
+            await client.get_extraction(JOB_ID)  # 503, then 200: one call
+            with pytest.raises(NotFoundError):
+                await client.get_extraction(JOB_ID)
+            await client.with_raw_response.search(QUERY)
+            async with client.search_pages(QUERY) as pager:
+                assert len([page async for page in pager]) == 3
+            await client.gather_extractions(IDS[:3])
+            await client.wait_for_extraction(JOB_ID)
+    assert durations() == _sorted(
+        [
+            (_operation(server, "gather_extractions"), 1),
+            (_operation(server, "get_extraction"), 1),
+            (_operation(server, "get_extraction", "404"), 1),
+            (_operation(server, "search"), 1),
+            (_operation(server, "search_pages"), 1),
+            (_operation(server, "wait_for_extraction"), 1),
+        ]
+    )
+    assert bool(spans()) is recording
+
+
+async def test_a_call_failing_without_an_answer_records_its_error_class(
+    durations: Durations,
+) -> None:
+    async with (
+        raw_server(_close_at_once) as server,
+        AsyncSearchClient(API_KEY, base_url=server.base_url, max_retries=0) as client,
+    ):
+        with pytest.raises(APIConnectionError):
+            await client.get_extraction(JOB_ID)
+    ((attributes, count),) = durations()
+    assert count == 1
+    assert attributes["error.type"] == "asyncsearch.APIConnectionError"
+
+
+async def test_a_cancelled_call_records_its_duration_as_cancelled(
+    serve: Serve, durations: Durations
+) -> None:
+    arrived, gate = asyncio.Event(), asyncio.Event()
+    server = await serve(_hanging(arrived, gate))
+    try:
+        async with make_client(server) as client:
+            call = asyncio.create_task(client.get_extraction(JOB_ID))
+            await arrived.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+    finally:
+        gate.set()
+    assert durations() == [
+        (_operation(server, "get_extraction", "asyncio.exceptions.CancelledError"), 1)
+    ]
+
+
+async def test_tracing_false_records_no_duration(serve: Serve, durations: Durations) -> None:
+    server = await serve(service())
+    async with make_client(server, tracing=False) as client:
+        await client.get_extraction(JOB_ID)
+        await client.gather_extractions(IDS[:2])
+    assert durations() == []
+
+
+def test_the_key_and_the_query_are_never_a_metric_attribute() -> None:
+    """Only the operation, the server and the error type: nothing the caller sent."""
+    tracing = Tracing(base_url="http://127.0.0.1:9/", enabled=True, content=True)
+    span = tracing.call("search")
+    assert isinstance(span, CallSpan)
+    span.end(ValueError(API_KEY))
+    data = _METRICS.get_metrics_data()
+    values = [
+        str(value)
+        for resource in (data.resource_metrics if data else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+        for value in (point.attributes or {}).values()
+    ]
+    assert "ValueError" in values
+    assert not [v for v in values if API_KEY in v]
+
+
+@pytest.mark.parametrize(
+    ("target", "redacted"),
+    [
+        ("/v2/extract/1", "/v2/extract/1"),
+        ("/v2/link-preview?url=https%3A%2F%2Fx.test%2Fa%3Fb%3D1", "/v2/link-preview?url=REDACTED"),
+        (
+            "/v2/logs?cursor=abc&limit=10&flag&empty=",
+            "/v2/logs?cursor=REDACTED&limit=REDACTED&flag&empty=REDACTED",
+        ),
+    ],
+)
+def test_url_full_keeps_query_names_and_redacts_values(target: str, redacted: str) -> None:
+    assert redact_query(target) == redacted
+
+
+_UNCONFIGURED = """
+import asyncio
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from asyncsearch._tracing import NO_SPAN, Tracing
+
+tracing = Tracing(base_url="http://127.0.0.1:9", enabled=True, content=False)
+print(tracing.call("search") is NO_SPAN)  # no provider of either kind: nothing at all is done
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+span = tracing.call("search")
+print(span is NO_SPAN)
+span.end()
+(scope,) = reader.get_metrics_data().resource_metrics[0].scope_metrics
+(point,) = scope.metrics[0].data.data_points
+print(point.count)
+"""
+
+
+def test_with_no_meter_provider_set_a_call_is_not_even_timed() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _UNCONFIGURED],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "1"]
+
+
+@pytest.fixture
+def aiohttp_instrumented() -> Iterator[None]:
+    """aiohttp instrumented by opentelemetry-instrumentation-aiohttp-client for one test.
+
+    The instrumentor patches ``aiohttp.ClientSession.__init__`` for the whole process: it is
+    undone however the test ends, and only sessions made inside the test are instrumented (an
+    xdist worker runs one test at a time, so no other test makes a session meanwhile).
+    """
+    instrumentation = pytest.importorskip(
+        "opentelemetry.instrumentation.aiohttp_client",
+        reason="needs opentelemetry-instrumentation-aiohttp-client (in the test extra)",
+    )
+    instrumentor = instrumentation.AioHttpClientInstrumentor()
+    instrumentor.instrument(tracer_provider=trace.get_tracer_provider())
+    try:
+        yield
+    finally:
+        instrumentor.uninstrument()
+
+
+async def test_instrumented_aiohttp_spans_are_one_per_attempt_under_the_call_span(
+    serve: Serve, spans: Callable[[], list[ReadableSpan]], aiohttp_instrumented: None
+) -> None:
+    server = await serve(service(statuses=[503, 503, 200]))
+    async with make_client(server) as client:
+        await client.get_extraction(JOB_ID)
+    ended = spans()
+    (call,) = [span for span in ended if span.name == "asyncsearch.get_extraction"]
+    attempts = [span for span in ended if span is not call]
+    assert len(attempts) == 3
+    assert _children(ended, call) == attempts  # each attempt's span is the call span's child
+    assert all(span.kind is SpanKind.CLIENT for span in attempts)
+    # Named by the old or the stable HTTP conventions (OTEL_SEMCONV_STABILITY_OPT_IN).
+    statuses = [
+        dict(span.attributes or {}).get("http.response.status_code")
+        or dict(span.attributes or {}).get("http.status_code")
+        for span in attempts
+    ]
+    assert statuses == [503, 503, 200]
+    assert (call.attributes or {})["asyncsearch.attempts"] == 3
+    assert not [t for span in ended for t in _texts(span) if API_KEY in t]
+
+
+class _PrivateError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            NotFoundError(
+                "gone", status_code=404, headers={}, body=None, method="GET", url="http://x/"
+            ),
+            "404",
+        ),
+        (APITimeoutError(), "asyncsearch.APITimeoutError"),
+        (ValueError("x"), "ValueError"),
+        (asyncio.CancelledError(), "asyncio.exceptions.CancelledError"),
+        (_PrivateError(), f"{__name__}._PrivateError"),
+        # Not a public name: by the module that defines it.
+        (CommandError("x"), "asyncsearch._cli._run.CommandError"),
+    ],
+)
+def test_error_type_takes_the_conventions_values(error: BaseException, expected: str) -> None:
+    assert error_type(error) == expected
