@@ -28,6 +28,7 @@ from asyncsearch._concurrency import (
     Pager,
     RetryBudget,
     fan_out,
+    limited_fan_out,
 )
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
@@ -857,7 +858,6 @@ async def test_an_error_in_on_progress_stops_the_fan_out_and_is_raised() -> None
         ({"func": "not callable"}, "func"),
         ({"items": 42}, "items"),
         ({"on_progress": "nope"}, "on_progress"),
-        ({"controller": 4}, "controller"),
     ],
 )
 async def test_fan_out_validates_its_arguments_before_starting(
@@ -891,7 +891,7 @@ async def test_fan_out_respects_the_controller_limit() -> None:
         in_flight -= 1
         return i
 
-    async with fan_out(func, range(60), concurrency=10, controller=controller) as fo:
+    async with limited_fan_out(func, range(60), controller) as fo:
         assert len([o async for o in fo]) == 60
     assert peak == 3
     assert controller.in_flight == 0  # every slot given back
@@ -915,7 +915,7 @@ async def test_fan_out_follows_the_controller_when_it_cuts_the_limit() -> None:
         in_flight -= 1
         return i
 
-    async with fan_out(func, range(200), concurrency=8, controller=controller) as fo:
+    async with limited_fan_out(func, range(200), controller) as fo:
         assert len([o async for o in fo]) == 200
     assert controller.limit == 4
     # calls already running finish; a new one starts only while fewer than 4 are running
@@ -933,7 +933,7 @@ async def test_fan_out_waits_while_the_controller_is_paused() -> None:
 
     paused_at = time.monotonic()
     controller.pause(0.2)
-    async with fan_out(func, range(5), controller=controller) as fo:
+    async with limited_fan_out(func, range(5), controller) as fo:
         first = asyncio.ensure_future(anext(fo))
         await turns(20)
         assert started == []  # paused: nothing may start
