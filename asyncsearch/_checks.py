@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypeGuard
 
 from ._errors import AsyncSearchError, ConfigurationError, InvalidRequestError
 
 __all__ = ["check_int", "is_int", "running_loop"]
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """True for an ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -23,7 +24,7 @@ def check_int(
     error: type[AsyncSearchError] = InvalidRequestError,
 ) -> int:
     """Return ``value``, an integer from ``minimum`` to ``maximum``, or raise ``error``."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise error(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise error(f"{name} must be at least {minimum}, got {value}")

@@ -942,6 +942,75 @@ async def test_fan_out_waits_while_the_controller_is_paused() -> None:
     assert min(started) >= paused_at + 0.2
 
 
+async def test_an_item_is_pulled_only_once_its_call_may_start() -> None:
+    # One gate per call: a worker held back by the in-flight limit has taken no item yet (a
+    # second gate after the pull would hold items that cannot be sent).
+    limiter = AdaptiveConcurrency(4)
+    limiter.on_overload()  # 4 -> 2
+    release = asyncio.Event()
+    pulled = 0
+
+    def items() -> Iterator[int]:
+        nonlocal pulled
+        for i in range(100):
+            pulled += 1
+            yield i
+
+    async def func(i: int) -> int:
+        await release.wait()
+        return i
+
+    async with limited_fan_out(func, items(), limiter) as fo:
+        first = asyncio.ensure_future(anext(fo))
+        await turns(20)
+        assert limiter.in_flight == 2
+        assert pulled == 2
+        release.set()
+        assert (await first).ok
+        assert len([o async for o in fo]) == 99
+    assert limiter.in_flight == 0
+
+
+@pytest.mark.parametrize("way_out", ["exhausted", "aclose"])
+async def test_a_slot_of_the_gate_holds_a_connection_of_the_pool(way_out: str) -> None:
+    # The pool is part of the one gate: never more calls than free connections, and every
+    # connection back in the pool however the fan-out ends (also from a call waiting for one).
+    pool = asyncio.Semaphore(2)
+    limiter = AdaptiveConcurrency(4, pool=pool)
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+
+    async def func(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await release.wait()
+        finally:
+            running -= 1
+        return i
+
+    async with limited_fan_out(func, range(10), limiter) as fo:
+        first = asyncio.ensure_future(anext(fo))
+        await turns(20)
+        assert running == 2
+        assert limiter.in_flight == 4  # two calls running, two waiting for a connection
+        if way_out == "aclose":
+            await fo.aclose()
+            with pytest.raises(StopAsyncIteration):
+                await first
+        else:
+            release.set()
+            assert (await first).ok
+            assert len([o async for o in fo]) == 9
+    assert peak == 2
+    assert limiter.in_flight == 0
+    for _ in range(2):  # both connections are free again: taken without waiting
+        async with asyncio.timeout(1):
+            await pool.acquire()
+
+
 # --------------------------------------------------------------------------------------------
 # AdaptiveConcurrency
 
