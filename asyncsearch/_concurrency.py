@@ -639,7 +639,8 @@ class AdaptiveConcurrency:
     with a ``pool`` (the transport's semaphore of free connections) a slot also holds one
     connection, taken without a time limit: a bulk call queues for its own pool.
 
-    :raises ConfigurationError: for bad arguments.
+    Private machinery of the client (``maximum`` and ``minimum`` are checked; the factors are
+    the caller's to get right).
     """
 
     def __init__(
@@ -653,22 +654,6 @@ class AdaptiveConcurrency:
     ) -> None:
         check_int("maximum", maximum, minimum=1, error=ConfigurationError)
         check_int("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
-        if (
-            not isinstance(decrease_factor, int | float)
-            or isinstance(decrease_factor, bool)
-            or not 0 < decrease_factor < 1
-        ):
-            raise ConfigurationError(
-                f"decrease_factor must be a number between 0 and 1, not {decrease_factor!r}"
-            )
-        if (
-            not isinstance(increase_step, int | float)
-            or isinstance(increase_step, bool)
-            or not 0 < increase_step < float("inf")
-        ):
-            raise ConfigurationError(
-                f"increase_step must be a positive number, not {increase_step!r}"
-            )
         self._maximum = maximum
         self._minimum = minimum
         self._decrease_factor = float(decrease_factor)
@@ -687,11 +672,6 @@ class AdaptiveConcurrency:
     def maximum(self) -> int:
         """The highest the limit goes."""
         return self._maximum
-
-    @property
-    def minimum(self) -> int:
-        """The lowest the limit goes."""
-        return self._minimum
 
     @property
     def limit(self) -> int:
@@ -807,15 +787,6 @@ class AdaptiveConcurrency:
             free = min(free, self.window - self._started)
         return free
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """An async context manager holding one slot: ``async with controller.slot(): ...``."""
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
-
     def _wake(self) -> None:
         if not self._waiters:
             return
@@ -825,12 +796,6 @@ class AdaptiveConcurrency:
             if not waiter.done():
                 waiter.set_result(None)
                 free -= 1
-
-    def __repr__(self) -> str:
-        return (
-            f"AdaptiveConcurrency(limit={self.limit}, in_flight={self._in_flight}, "
-            f"minimum={self._minimum}, maximum={self._maximum})"
-        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -1108,9 +1108,11 @@ async def test_acquire_waits_for_the_pause() -> None:
     c = AdaptiveConcurrency(4)
     paused_at = time.monotonic()
     c.pause(0.1)
-    async with asyncio.timeout(5), c.slot():
-        assert time.monotonic() >= paused_at + 0.1
-        assert c.in_flight == 1
+    async with asyncio.timeout(5):
+        await c.acquire()
+    assert time.monotonic() >= paused_at + 0.1
+    assert c.in_flight == 1
+    c.release()
     assert c.in_flight == 0
 
 
@@ -1170,11 +1172,6 @@ def test_release_without_acquire_is_an_error() -> None:
         {"maximum": True},
         {"maximum": 4, "minimum": 0},
         {"maximum": 4, "minimum": 5},
-        {"maximum": 4, "decrease_factor": 1},
-        {"maximum": 4, "decrease_factor": 0},
-        {"maximum": 4, "decrease_factor": "0.5"},
-        {"maximum": 4, "increase_step": 0},
-        {"maximum": 4, "increase_step": float("inf")},
     ],
 )
 def test_adaptive_concurrency_validates_its_arguments(kwargs: dict[str, Any]) -> None:
