@@ -188,9 +188,10 @@ def memory(decode: Decode, body: bytes, collections: int = 5) -> dict[str, float
 
     ``gc`` is the time of a full ``gc.collect()`` with the result alive minus one without it
     (fastest of ``collections`` each): what every later full collection pays while the page is
-    kept.
+    kept; 0 with no ``collections``.
     """
-    gc.collect()
+    if collections:
+        gc.collect()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -198,6 +199,8 @@ def memory(decode: Decode, body: bytes, collections: int = 5) -> dict[str, float
         retained, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    if not collections:
+        return {"peak": peak, "retained": retained, "gc": 0.0}
     with_result = _full_collection(collections)
     del result
     without = _full_collection(collections)
@@ -256,8 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         timers[f"matrix|{name}"] = _matrix_timer(big_page, name)
     samples = rounds_sync(timers, rounds)
 
-    # A full collection of this heap takes tens of ms: --quick times one, not five.
-    collections = 1 if args.quick else 5
+    # A full collection of this heap takes tens of ms: --quick times none, a run five.
+    collections = 0 if args.quick else 5
     mem = {
         (n, name): memory(decode, bodies[n], collections)
         for n in sizes
