@@ -475,7 +475,7 @@ def unwritten_job_ids(
 
     - ``retry_failed``: a row with an error (a 404, an exhausted retry, a bad id, ...).
     - ``refetch_in_progress``: a row without an error whose ``state`` is one of
-      ``asyncsearch.IN_PROGRESS_JOB_STATES`` (``pending``, ``processing``): a job that had not
+      ``asyncsearch.IN_PROGRESS_JOB_STATES`` (``pending``): a job that had not
       finished when it was fetched. Any other state is final, whatever it is, one the SDK does
       not know included: the spec names only ``pending`` and never says which states are final.
 
