@@ -16,7 +16,7 @@ import ssl as ssl_module
 import sys
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -140,6 +140,11 @@ class Transport:
         )
 
     @property
+    def owns_session(self) -> bool:
+        """True when the session is this transport's own (no ``session=`` was passed)."""
+        return self._owns_session
+
+    @property
     def pool_size(self) -> int | None:
         """How many requests this transport sends at once at most; None when unbounded."""
         if self._owns_session:
@@ -214,11 +219,14 @@ class Transport:
         ssl: ssl_module.SSLContext | None,
         secret: str,
         queued: bool = False,
+        middlewares: Sequence[aiohttp.ClientMiddlewareType] = (),
     ) -> Response:
         """Send one attempt and return the final response, body read in full.
 
         ``queued``: the caller queues its own requests (a bulk call with more in flight than
         the pool holds), so waiting for a pooled connection is not bounded by ``timeout.pool``.
+        ``middlewares`` run on each request sent (a redirect followed is another); none given,
+        the session's own run.
 
         Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
         ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
@@ -254,6 +262,7 @@ class Transport:
                     timeout=client_timeout,
                     allow_redirects=False,
                     ssl=ssl if ssl is not None else True,
+                    middlewares=middlewares or None,
                 ) as resp:
                     location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                     if location is not None:
@@ -469,6 +478,8 @@ def _scrub(exc: BaseException, secret: str) -> None:
         exc.args = tuple(scrubbed if arg is info else arg for arg in exc.args)
     if hasattr(exc, "history"):
         exc.history = ()
+    if secret:  # an error raised by a middleware may quote the request's headers
+        exc.args = tuple(redact(a, secret) if isinstance(a, str) else a for a in exc.args)
 
 
 def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:

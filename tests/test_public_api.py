@@ -61,6 +61,7 @@ PUBLIC_NAMES = {
     # options
     "Timeout",
     "RetryBudget",
+    "RetryPolicy",
     "RequestOptions",
     "SearchOptions",
     "OptionChanges",
