@@ -108,6 +108,7 @@ class ClientOptions(TypedDict, total=False):
     retry: RetryPolicy
     max_retries: int
     deadline: float | None
+    middlewares: Sequence[Callable[[Any, Any], Any]]
     max_connections: int
     headers: Mapping[str, str] | None
     trust_env: bool

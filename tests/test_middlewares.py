@@ -166,3 +166,22 @@ def test_middlewares_are_checked() -> None:
 
 async def _job() -> web.Response:
     return web.Response(body=JOB, content_type="application/json")
+
+
+async def test_a_middleware_sending_a_request_twice_is_refused(serve: Serve) -> None:
+    """Retries are the client's (counted, backed off): a hidden resend is refused, as aiohttp's."""
+    server = await serve(lambda request: _job())
+
+    async def twice(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        first = await handler(request)
+        first.release()
+        return await handler(request)
+
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[twice], max_retries=0
+    ) as client:
+        with pytest.raises(APIConnectionError):
+            await client.get_extraction(JOB_ID)
+    assert len(server.seen) == 1
