@@ -564,6 +564,8 @@ class AsyncSearchClient:
         """
         self._check_open()
         options = self._options.merge(changes)
+        if options.middlewares and not self._shared.transport.owns_session:
+            raise ConfigurationError(_SESSION_MIDDLEWARES)
         child = object.__new__(AsyncSearchClient)
         child._options = options
         child._shared = self._shared

@@ -151,6 +151,8 @@ async def test_middlewares_are_refused_with_a_session_of_your_own(serve: Serve) 
                 API_KEY, base_url=server.base_url, session=session, middlewares=[counting([])]
             )
         async with AsyncSearchClient(API_KEY, base_url=server.base_url, session=session) as c:
+            with pytest.raises(ConfigurationError, match="session"):
+                c.with_options(middlewares=[counting([])])
             with pytest.raises(InvalidRequestError, match="session"):
                 await c.get_extraction(JOB_ID, middlewares=[counting([])])
             await c.get_extraction(JOB_ID)
