@@ -9,7 +9,7 @@ import enum
 import math
 import os
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
@@ -162,7 +162,8 @@ class RetryPolicy:
     """
 
     max_retries: int = 2
-    statuses: frozenset[int] = protocol.RETRYABLE_STATUSES
+    #: Any collection of statuses; kept as a ``frozenset``.
+    statuses: Collection[int] = protocol.RETRYABLE_STATUSES
     base: float = 0.5
     cap: float = 8.0
     jitter: bool = True

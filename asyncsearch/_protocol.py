@@ -17,7 +17,7 @@ import mimetypes
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
@@ -1092,7 +1092,7 @@ def status_error(
 
 
 def is_retryable_status(
-    status: int, *, idempotent: bool = True, statuses: frozenset[int] = RETRYABLE_STATUSES
+    status: int, *, idempotent: bool = True, statuses: Collection[int] = RETRYABLE_STATUSES
 ) -> bool:
     """Whether an answer with ``status`` is worth another attempt.
 
