@@ -4,7 +4,8 @@
 layers (as httpx's ``send`` -> ``_send_handling_auth`` -> ...): ``send`` runs the attempts and
 sleeps between them, ``_attempt`` makes one, ``_status_error`` turns an answer that is not a
 success into its error, and ``_retry_delay`` decides whether (and after how long) another
-attempt follows. The call's span gets the retries; ``APIResponse`` is the answer.
+attempt follows (by the call's ``RetryPolicy``, the pool's retry budget and the call's
+``deadline``). The call's span gets the retries; ``APIResponse`` is the answer.
 """
 
 from __future__ import annotations

@@ -501,7 +501,7 @@ def _translate(exc: Exception, secret: str) -> AsyncSearchError:
         # aiohttp was about to resend because the connection failed after the request went out.
         return APIConnectionError(
             "the server closed the connection without answering (or reset it) after the "
-            "request was sent"
+            "request was sent, or a middleware sent the request a second time"
         )
     _scrub(exc, secret)
     detail = redact(f"{type(exc).__name__}: {exc}", secret)

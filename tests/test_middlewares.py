@@ -184,6 +184,6 @@ async def test_a_middleware_sending_a_request_twice_is_refused(serve: Serve) -> 
     async with AsyncSearchClient(
         API_KEY, base_url=server.base_url, middlewares=[twice], max_retries=0
     ) as client:
-        with pytest.raises(APIConnectionError):
+        with pytest.raises(APIConnectionError, match="a middleware sent the request a second"):
             await client.get_extraction(JOB_ID)
     assert len(server.seen) == 1

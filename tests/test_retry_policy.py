@@ -105,6 +105,9 @@ def test_the_old_keywords_set_one_field_of_the_policy() -> None:
         max_retries=0, cap=1.0, max_retry_after=3, retry_search="always"
     )
     assert child.with_options(retry=RetryPolicy())._options.retry == RetryPolicy()
+    # The shorthand wins whichever comes first.
+    both = client.with_options(max_retries=1, retry=RetryPolicy(max_retries=5, cap=2.0))
+    assert both._options.retry == RetryPolicy(max_retries=1, cap=2.0)
     with pytest.raises(ConfigurationError, match=r"retry must be an asyncsearch\.RetryPolicy"):
         client.with_options(retry=3)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="max_retries"):
