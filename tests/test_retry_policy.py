@@ -256,3 +256,28 @@ async def test_a_bad_deadline_of_a_call_is_refused_before_sending(serve: Serve) 
 
 def test_the_sample_job_is_what_the_handlers_send() -> None:
     assert json.loads(JOB)["id"] == JOB_ID
+
+
+async def test_a_pager_s_deadline_bounds_each_page_not_the_walk(serve: Serve) -> None:
+    """Each page waits out one Retry-After well within the deadline; the walk runs past it."""
+    page = json.loads((Path(__file__).parent / "samples" / "search_page.json").read_bytes())
+    wait = 0.3 * TIME_SCALE
+    asked: set[int] = set()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        number = (await request.json())["pagination"]["page"]
+        if number not in asked:  # each page's first request: come back later
+            asked.add(number)
+            return web.Response(status=503, headers={"Retry-After": f"{wait:.3f}"})
+        hit = {**page["hits"][0], "id": f"{number:08d}-5b7d-4c1e-9a2b-7d8e9f0a1b2c"}
+        body = {**page, "hits": [hit], "hasMore": number < 4}
+        return web.Response(body=json.dumps(body), content_type="application/json")
+
+    server = await serve(handler)
+    async with client_of(server) as client:
+        started = time.monotonic()
+        pages = [p async for p in client.search_pages("q", incognito=True, deadline=3 * wait)]
+        elapsed = time.monotonic() - started
+    assert len(pages) == 4
+    assert len(server.seen) == 8
+    assert elapsed > 3 * wait  # the walk took longer than one page's deadline
