@@ -5,7 +5,7 @@
 
 ``__all__`` holds what a user calls, catches or annotates. Every Struct of the wire format
 (the parts of a hit, of a job, ...) is in ``asyncsearch.models``; the generic machinery behind
-the bulk methods (``fan_out``, ...) is in ``asyncsearch.concurrency``.
+the bulk methods (``fan_out``, ``FanOut``, ``Outcome``) is in ``asyncsearch.concurrency``.
 """
 
 from __future__ import annotations

@@ -44,13 +44,14 @@ import msgspec
 from . import _call
 from . import _protocol as protocol
 from ._call import APIResponse, Shared, send
+from ._checks import check_int
 from ._concurrency import (
     AdaptiveConcurrency,
     AsyncClosing,
     FanOut,
     Outcome,
     RetryBudget,
-    fan_out,
+    limited_fan_out,
 )
 from ._config import (
     DEFAULT_MAX_REDIRECTS,
@@ -854,11 +855,12 @@ class AsyncSearchClient:
     ) -> FanOut[Id, ExtractionResult[Id]]:
         self._check_open()
         protocol.check_extraction_format(format)
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise InvalidRequestError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        # More calls in flight than the pool has connections would only queue for the pool.
-        pool = self._shared.transport.pool_size
-        pressure = AdaptiveConcurrency(concurrency if pool is None else min(concurrency, pool))
+        check_int("concurrency", concurrency, minimum=1)
+        # The one gate of each request: more in flight than the pool has connections would
+        # only queue for the pool, and the connections it holds it takes from the pool itself.
+        transport = self._shared.transport
+        size = transport.pool_size
+        pressure = AdaptiveConcurrency(min(concurrency, size or concurrency), pool=transport.pool)
         # The 401 or 403 that stops the call: every id would get the same answer, so once one
         # comes, nothing more is sent and every id not sent yet gets the error too.
         refused: list[APIStatusError] = []
@@ -892,13 +894,12 @@ class AsyncSearchClient:
                 return ExtractionFailure(job_id=job_id, error=exc)
             return ExtractionSuccess(job_id=job_id, job=job)
 
-        return fan_out(
+        return limited_fan_out(
             fetch,
             job_ids,
-            concurrency=pressure.maximum,
+            pressure,
             ordered=ordered,
             on_progress=on_progress,
-            controller=pressure,
             stop_on=ClientClosedError,
         )
 

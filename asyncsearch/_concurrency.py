@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import (
@@ -40,6 +39,7 @@ from typing import Any, Generic, Self, TypeVar, overload
 import anyio
 import msgspec
 
+from asyncsearch._checks import check_int, running_loop
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
 __all__ = [
@@ -72,21 +72,6 @@ _ORDERED_WINDOW = 4
 FAN_OUT_WORKER_TASK = "asyncsearch.fan_out.worker"
 PAGER_FETCH_TASK = "asyncsearch.pager.fetch"
 PAGER_PREFETCH_TASK = "asyncsearch.pager.prefetch"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_asyncio() -> None:
-    """Raise ``ConfigurationError`` unless an asyncio event loop runs (not under trio)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        raise ConfigurationError(
-            "asyncsearch runs on asyncio only, and no asyncio event loop is running here; under "
-            "anyio use anyio.run(..., backend='asyncio'); trio is not supported"
-        ) from None
 
 
 def _cancel_from_finaliser(task: asyncio.Task[Any]) -> None:
@@ -174,7 +159,6 @@ def fan_out(
     concurrency: int = 16,
     ordered: bool = False,
     on_progress: Callable[[int, int | None], object] | None = None,
-    controller: AdaptiveConcurrency | None = None,
     stop_on: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> FanOut[T, R]:
     """Call ``await func(item)`` for every item, at most ``concurrency`` at a time.
@@ -200,17 +184,38 @@ def fan_out(
         ``total`` is ``len(items)`` when ``items`` has a length, else ``None`` (a generator, an
         iterator, an async iterable; ``done`` still counts every finished call). An exception from
         it is a bug in the caller: it stops the fan-out and is raised from the iteration.
-    :param controller: an ``AdaptiveConcurrency`` that also bounds the calls in flight (it may be
-        shared with other fan-outs) and holds new calls back while it is paused.
     :param stop_on: exception types that end the whole fan-out instead of becoming an item's
         outcome (say, the client the calls use was closed): the first one raised by ``func``
         stops reading items, cancels the calls in flight and is raised from the iteration.
     :raises InvalidRequestError: at once, before anything starts, for bad arguments.
     """
+    check_int("concurrency", concurrency, minimum=1)
+    return limited_fan_out(
+        func,
+        items,
+        AdaptiveConcurrency(concurrency),
+        ordered=ordered,
+        on_progress=on_progress,
+        stop_on=stop_on,
+    )
+
+
+def limited_fan_out(
+    func: Callable[[T], Awaitable[R]],
+    items: Iterable[T] | AsyncIterable[T],
+    limit: AdaptiveConcurrency,
+    *,
+    ordered: bool = False,
+    on_progress: Callable[[int, int | None], object] | None = None,
+    stop_on: type[Exception] | tuple[type[Exception], ...] = (),
+) -> FanOut[T, R]:
+    """``fan_out`` with ``limit.maximum`` workers, behind ``limit``: the one gate of each call.
+
+    ``limit`` is the fan-out's own (it also keeps the bound on unconsumed outcomes): one
+    per fan-out, never shared.
+    """
     if not callable(func):
         raise InvalidRequestError("func must be callable")
-    if not _is_int(concurrency) or concurrency < 1:
-        raise InvalidRequestError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     if isinstance(items, str | bytes | bytearray | memoryview):
         # Iterable, but almost always one value passed where many were meant: calling func on
         # every character (or every byte, as an int) would be a silent surprise.
@@ -224,8 +229,6 @@ def fan_out(
         )
     if on_progress is not None and not callable(on_progress):
         raise InvalidRequestError("on_progress must be callable or None")
-    if controller is not None and not isinstance(controller, AdaptiveConcurrency):
-        raise InvalidRequestError("controller must be an AdaptiveConcurrency or None")
     stops = stop_on if isinstance(stop_on, tuple) else (stop_on,)
     if not all(isinstance(kind, type) and issubclass(kind, Exception) for kind in stops):
         raise InvalidRequestError("stop_on must be an exception type or a tuple of them")
@@ -233,11 +236,10 @@ def fan_out(
     run = _FanOutRun(
         func,
         items,
-        concurrency=concurrency,
+        limit,
         ordered=bool(ordered),
         on_progress=on_progress,
         total=total,
-        controller=controller,
         stop_on=stops,
     )
     return FanOut(run)
@@ -254,32 +256,30 @@ class _FanOutRun(Generic[T, R]):
         self,
         func: Callable[[T], Awaitable[R]],
         items: Iterable[T] | AsyncIterable[T],
+        limit: AdaptiveConcurrency,
         *,
-        concurrency: int,
         ordered: bool,
         on_progress: Callable[[int, int | None], object] | None,
         total: int | None,
-        controller: AdaptiveConcurrency | None,
         stop_on: tuple[type[Exception], ...] = (),
     ) -> None:
         self.func = func
         self.stop_on = stop_on
-        self.concurrency = concurrency
+        self.concurrency = limit.maximum
         self.on_progress = on_progress
         self.total = total
-        self.controller = controller
         self.ordered = ordered
+        # The one gate of every call: the in-flight limit, its pause, the pool slot and the
+        # bound on items started and not yet taken by the consumer (the memory bound and, in
+        # ordered mode, the reorder window).
+        self.limit = limit
+        limit.window = limit.maximum * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
         self.sync_source: Iterator[T] | None = None
         self.async_source: AsyncIterator[T] | None = None
         if isinstance(items, AsyncIterable):
             self.async_source = aiter(items)
         else:
             self.sync_source = iter(items)
-        # One ticket per item started and not yet taken by the consumer: the bound on memory
-        # and, in ordered mode, the reorder window.
-        self.tickets = asyncio.Semaphore(
-            concurrency * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
-        )
         # An async iterator must not be advanced by two workers at once.
         self.pull_lock = asyncio.Lock()
         self.changed = asyncio.Event()
@@ -322,18 +322,22 @@ class _FanOutRun(Generic[T, R]):
         # once per item of what may be millions, next to a bare loop that pays for none of it.
         self.active += 1
         func = self.func
-        controller = self.controller
+        limit = self.limit
         stop_on = self.stop_on
         try:
             while not (self.closing or self.fatal is not None or self.source_ended):
-                await self.tickets.acquire()
-                pulled = self.pull_sync() if self.async_source is None else await self.pull_async()
+                await limit.acquire()
+                try:
+                    pulled = (
+                        self.pull_sync() if self.async_source is None else await self.pull_async()
+                    )
+                except BaseException:
+                    limit.release(taken=True)
+                    raise
                 if pulled is None:
-                    self.tickets.release()
+                    limit.release(taken=True)
                     return
                 index, item = pulled
-                if controller is not None:
-                    await controller.acquire()
                 try:
                     outcome = Outcome(item, await func(item), None)
                 except Exception as exc:
@@ -342,8 +346,7 @@ class _FanOutRun(Generic[T, R]):
                         return
                     outcome = Outcome(item, None, exc)
                 finally:
-                    if controller is not None:
-                        controller.release()
+                    limit.release()
                 self.finish(index, outcome)
         finally:
             self.active -= 1
@@ -433,7 +436,7 @@ class _FanOutRun(Generic[T, R]):
             if not self.ready:
                 return None
             outcome = self.ready.popleft()
-        self.tickets.release()
+        self.limit.taken()
         return outcome
 
     async def close_source(self) -> None:
@@ -568,12 +571,12 @@ class FanOut(AsyncClosing, Generic[T, R]):
             self._running = False
 
     def _start(self, *, gathered: bool = False) -> None:
-        _require_asyncio()  # before any coroutine is made, so none is left never awaited
+        running_loop()  # before any coroutine is made, so none is left never awaited
         run = self._run
         self._started = True
         if gathered:
             run.gathered = [None] * (run.total or 0)
-            run.tickets = asyncio.Semaphore(sys.maxsize)  # every outcome is kept: no bound
+            run.limit.window = None  # every outcome is kept: no bound
         workers = run.concurrency
         if run.total is not None:
             # No point in more workers than items; one still runs to find out the items are empty.
@@ -613,7 +616,13 @@ class AdaptiveConcurrency:
 
     ``pause(seconds)`` holds back all new calls until then. Use it from one event loop only.
 
-    :raises ConfigurationError: for bad arguments.
+    It is also the rest of a fan-out's gate, so that a call waits at one place only: ``window``
+    bounds the calls started and not yet ``taken()`` by the consumer (``None``: no bound), and
+    with a ``pool`` (the transport's semaphore of free connections) a slot also holds one
+    connection, taken without a time limit: a bulk call queues for its own pool.
+
+    Private machinery of the client (``maximum`` and ``minimum`` are checked; the factors are
+    the caller's to get right).
     """
 
     def __init__(
@@ -623,29 +632,10 @@ class AdaptiveConcurrency:
         minimum: int = 1,
         decrease_factor: float = 0.5,
         increase_step: float = 1.0,
+        pool: asyncio.Semaphore | None = None,
     ) -> None:
-        if not _is_int(maximum) or maximum < 1:
-            raise ConfigurationError(f"maximum must be an integer >= 1, not {maximum!r}")
-        if not _is_int(minimum) or not 1 <= minimum <= maximum:
-            raise ConfigurationError(
-                f"minimum must be an integer between 1 and maximum ({maximum}), not {minimum!r}"
-            )
-        if (
-            not isinstance(decrease_factor, int | float)
-            or isinstance(decrease_factor, bool)
-            or not 0 < decrease_factor < 1
-        ):
-            raise ConfigurationError(
-                f"decrease_factor must be a number between 0 and 1, not {decrease_factor!r}"
-            )
-        if (
-            not isinstance(increase_step, int | float)
-            or isinstance(increase_step, bool)
-            or not 0 < increase_step < float("inf")
-        ):
-            raise ConfigurationError(
-                f"increase_step must be a positive number, not {increase_step!r}"
-            )
+        check_int("maximum", maximum, minimum=1, error=ConfigurationError)
+        check_int("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
         self._maximum = maximum
         self._minimum = minimum
         self._decrease_factor = float(decrease_factor)
@@ -656,16 +646,14 @@ class AdaptiveConcurrency:
         self._paused_until = 0.0  # time.monotonic(), the clock asyncio's loop uses too
         self._ignore_signals = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._pool = pool
+        self.window: int | None = None
+        self._started = 0  # slots taken and not yet taken() by the consumer
 
     @property
     def maximum(self) -> int:
         """The highest the limit goes."""
         return self._maximum
-
-    @property
-    def minimum(self) -> int:
-        """The lowest the limit goes."""
-        return self._minimum
 
     @property
     def limit(self) -> int:
@@ -719,13 +707,7 @@ class AdaptiveConcurrency:
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # Not asyncio (trio): the typed error every call promises. The check costs the
-            # fast path nothing more than the loop look-up it already made.
-            _require_asyncio()
-            raise
+        loop = running_loop()  # under trio: the typed error every call promises
         woken = False
         while True:
             delay = self._paused_until - time.monotonic()
@@ -734,8 +716,11 @@ class AdaptiveConcurrency:
                 await asyncio.sleep(delay)
                 continue
             # First come, first served: a newcomer does not take a slot from those in line.
-            if self._in_flight < self._limit and (woken or not self._waiters):
+            if self._free() > 0 and (woken or not self._waiters):
                 self._in_flight += 1
+                self._started += 1
+                if self._pool is not None:
+                    await self._take_connection(self._pool)
                 return
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
@@ -751,38 +736,48 @@ class AdaptiveConcurrency:
                         self._waiters.remove(waiter)
                 raise
 
-    def release(self) -> None:
-        """Give back a slot taken by ``acquire()``."""
+    async def _take_connection(self, pool: asyncio.Semaphore) -> None:
+        try:
+            await pool.acquire()  # without suspending when a connection is free
+        except BaseException:
+            self._in_flight -= 1
+            self._started -= 1
+            self._wake()
+            raise
+
+    def release(self, *, taken: bool = False) -> None:
+        """Give back a slot taken by ``acquire()``; ``taken``: its outcome needs no room."""
         if self._in_flight <= 0:
             raise RuntimeError("release() called more often than acquire()")
         self._in_flight -= 1
+        if self._pool is not None:
+            self._pool.release()
+        if taken:
+            self._started -= 1
         if self._waiters:
             self._wake()
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """An async context manager holding one slot: ``async with controller.slot(): ...``."""
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
+    def taken(self) -> None:
+        """Record an outcome the consumer took: room for one more call in the window."""
+        self._started -= 1
+        if self._waiters:
+            self._wake()
+
+    def _free(self) -> int:
+        free = self._limit - self._in_flight
+        if self.window is not None:
+            free = min(free, self.window - self._started)
+        return free
 
     def _wake(self) -> None:
         if not self._waiters:
             return
-        free = self.limit - self._in_flight
+        free = self._free()
         while free > 0 and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 free -= 1
-
-    def __repr__(self) -> str:
-        return (
-            f"AdaptiveConcurrency(limit={self.limit}, in_flight={self._in_flight}, "
-            f"minimum={self._minimum}, maximum={self._maximum})"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -815,8 +810,7 @@ class RetryBudget:
             ("timeout_retry_cost", timeout_retry_cost),
             ("success_refund", success_refund),
         ):
-            if not _is_int(value) or value < 0:
-                raise ConfigurationError(f"{name} must be an integer >= 0, not {value!r}")
+            check_int(name, value, minimum=0, error=ConfigurationError)
         self._capacity = capacity
         self._retry_cost = retry_cost
         self._timeout_retry_cost = timeout_retry_cost

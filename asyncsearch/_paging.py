@@ -27,6 +27,7 @@ import msgspec
 
 from . import _concurrency as concurrency
 from . import _protocol as protocol
+from ._checks import running_loop
 from ._errors import InvalidRequestError, ResponseValidationError
 from ._models import SearchPage, SearchPageHead
 from ._protocol import Request
@@ -346,7 +347,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
 
     def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, CallSpan]]:
         # Checked before the coroutine is made, so that it is not left never awaited.
-        concurrency._require_asyncio()
+        running_loop()
         receive = _receive(self._page_request, self._send, self._span, number)
         task = asyncio.create_task(receive, name=name)
         task.add_done_callback(_retrieve)

@@ -24,6 +24,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
 
+from ._checks import check_int
 from ._errors import (
     APIConnectionError,
     APIStatusError,
@@ -220,14 +221,6 @@ def _validate_precision(name: str, value: object) -> float:
     ):
         raise InvalidRequestError(f"{name} must be a number from 0 to 1 inclusive, got {value!r}")
     return float(value)
-
-
-def _validate_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequestError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidRequestError(f"{name} must be at least {minimum}, got {value}")
-    return value
 
 
 def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> list[Any]:
@@ -486,8 +479,8 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
     pagination = None
     if page is not None or page_size is not None:
         pagination = Pagination(
-            page=_opt(page, lambda v: _validate_int("page", v, minimum=0)),
-            page_size=_opt(page_size, lambda v: _validate_int("page_size", v, minimum=1)),
+            page=_opt(page, lambda v: check_int("page", v, minimum=0)),
+            page_size=_opt(page_size, lambda v: check_int("page_size", v, minimum=1)),
         )
     body = SearchRequest(
         text=_opt(text, lambda v: _validate_text("text", v)),

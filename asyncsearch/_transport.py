@@ -17,13 +17,14 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import yarl
 from aiohttp import http_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from ._checks import running_loop
 from ._config import Timeout
 from ._errors import (
     APIConnectionError,
@@ -60,10 +61,6 @@ class _NeverRaised(Exception):
 #: aiohttp 3.13+ refuses, in a session that inflates, to inflate one chunk past its own limit.
 _SessionInflateLimitError: type[Exception] = getattr(
     http_exceptions, "DecompressSizeError", _NeverRaised
-)
-_ASYNCIO_ONLY = (
-    "asyncsearch runs on asyncio only, and no asyncio event loop is running here; "
-    "under anyio use anyio.run(..., backend='asyncio'); trio is not supported"
 )
 
 
@@ -130,7 +127,16 @@ class Transport:
         # happens here, not inside aiohttp, so that ``Timeout.pool`` bounds it (aiohttp counts
         # its own queue against ``connect`` and ``total``) and ``total`` starts only once the
         # attempt has a connection. The connector has the same limit: it never has to queue.
-        self._pool: asyncio.Semaphore | None = None
+        # (An asyncio.Semaphore binds to the loop that first waits on it, not to this one.)
+        self._pool = asyncio.Semaphore(max_connections) if session is None else None
+
+    @property
+    def pool(self) -> asyncio.Semaphore | None:
+        """The free connections of the pool this transport owns; None for a caller's session.
+
+        A bulk call's gate takes its connections here (see ``send(queued=True)``).
+        """
+        return self._pool
 
     @property
     def closed(self) -> bool:
@@ -160,7 +166,7 @@ class Transport:
         if self._closed:
             raise ClientClosedError("the client is closed")
         # Refuse an event loop other than the first one used: its sockets belong to that one.
-        loop = _running_loop()
+        loop = running_loop()
         if self._loop is None:
             self._loop = loop
         elif loop is not self._loop:
@@ -169,7 +175,6 @@ class Transport:
                 "create one client per event loop"
             )
         if self._session is None:
-            self._pool = asyncio.Semaphore(self._max_connections)
             self._session = aiohttp.ClientSession(
                 connector=_Connector(limit=self._max_connections),
                 trust_env=self._trust_env,
@@ -193,7 +198,7 @@ class Transport:
         session = self._session
         owned_open = session is not None and self._owns_session and not session.closed
         # The session's connections belong to its loop and can only be closed from it.
-        if owned_open and _running_loop() is not self._loop:
+        if owned_open and running_loop() is not self._loop:
             gone = self._loop is not None and self._loop.is_closed()
             raise ClientClosedError(
                 "aclose() was called from another event loop than the one the client was first "
@@ -223,8 +228,8 @@ class Transport:
     ) -> Response:
         """Send one attempt and return the final response, body read in full.
 
-        ``queued``: the caller queues its own requests (a bulk call with more in flight than
-        the pool holds), so waiting for a pooled connection is not bounded by ``timeout.pool``.
+        ``queued``: the caller holds a connection of the pool already (a bulk call's gate took
+        one from ``pool``, without a time limit), so the attempt does not wait for one here.
         ``middlewares`` run on each request sent (a redirect followed is another); none given,
         the session's own run.
 
@@ -234,74 +239,17 @@ class Transport:
         loop, and ``ClientClosedError`` when the client is (or gets) closed.
         """
         session = self._get_session()
-        pool = self._pool
+        pool = None if queued else self._pool
         if pool is not None:
-            await self._wait_for_pool(pool, None if queued else timeout.pool)
-        # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
-        # session.request) and ``elapsed`` start.
-        decompress_here = not session.auto_decompress
-        # One per attempt, never shared: _Connector knows the attempt by it.
-        client_timeout = aiohttp.ClientTimeout(
-            total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
-        )
-        connector = session.connector
-        attempts = connector.attempts if isinstance(connector, _Connector) else None
-        key = id(client_timeout)
-        started = time.monotonic()
-        current_url, current_method, current_body = url, method, body
-        last_status = 0
+            await self._wait_for_pool(pool, timeout.pool)
         try:
-            for _ in range(max_redirects + 1):
-                if attempts is not None:
-                    attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
-                async with session.request(
-                    current_method,
-                    yarl.URL(current_url, encoded=True),
-                    headers=headers,
-                    data=current_body,
-                    timeout=client_timeout,
-                    allow_redirects=False,
-                    ssl=ssl if ssl is not None else True,
-                    middlewares=middlewares or None,
-                ) as resp:
-                    location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
-                    if location is not None:
-                        target = redirect_target(current_url, location)
-                        if target is not None:
-                            last_status = resp.status
-                            resp.release()
-                            if resp.status == 303 or (
-                                resp.status in (301, 302) and current_method == "POST"
-                            ):
-                                current_method, current_body = "GET", None
-                            current_url = target
-                            continue
-                    if 200 <= resp.status < 300:
-                        try:
-                            content = await _read_body(resp, max_response_bytes, decompress_here)
-                        except AsyncSearchError as exc:  # too large, or an unknown encoding
-                            exc.request_id = request_id(scrub_headers(resp.headers, secret))
-                            raise
-                    else:
-                        content = await _read_error_body(
-                            resp, min(max_response_bytes, _ERROR_BODY_LIMIT), decompress_here
-                        )
-                    # The headers as received: the client scrubs them where they leave it
-                    # (APIResponse.headers, errors), so a bulk fetch, which never looks at
-                    # them, does not pay for it.
-                    return Response(
-                        status=resp.status,
-                        headers=resp.headers,
-                        body=content,
-                        url=current_url,
-                        elapsed=time.monotonic() - started,
-                    )
-            raise status_error(
-                Response(status=last_status, headers={}, body=b"", url=current_url),
-                method=method,
-                attempts=None,
-                secret=secret,
-                reason=f"more than {max_redirects} redirects (a redirect loop?)",
+            # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
+            # session.request) and ``elapsed`` start.
+            return await _follow_redirects(
+                session,
+                _Attempt(method, url, body, headers, timeout, ssl, secret, middlewares),
+                max_response_bytes=max_response_bytes,
+                max_redirects=max_redirects,
             )
         except AsyncSearchError:
             raise
@@ -312,8 +260,6 @@ class Transport:
                 ) from None
             raise _translate(exc, secret) from exc
         finally:
-            if attempts is not None:
-                attempts.pop(key, None)
             if pool is not None:
                 pool.release()
 
@@ -332,6 +278,102 @@ class Transport:
                 f"free within Timeout.pool={limit:g}s; the request was not sent. Send fewer "
                 "requests at once, or raise max_connections or Timeout.pool"
             ) from None
+
+
+class _Attempt(NamedTuple):
+    """What one attempt sends, as ``Transport.send`` was given it."""
+
+    method: str
+    url: str
+    body: bytes | None
+    headers: Mapping[str, str]
+    timeout: Timeout
+    ssl: ssl_module.SSLContext | None
+    secret: str
+    middlewares: Sequence[aiohttp.ClientMiddlewareType]
+
+
+async def _follow_redirects(
+    session: aiohttp.ClientSession,
+    attempt: _Attempt,
+    *,
+    max_response_bytes: int,
+    max_redirects: int,
+) -> Response:
+    """Send the attempt, following same-origin redirects, and read the final response."""
+    timeout = attempt.timeout
+    # One per attempt, never shared: _Connector knows the attempt by it.
+    client_timeout = aiohttp.ClientTimeout(
+        total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
+    )
+    connector = session.connector
+    attempts = connector.attempts if isinstance(connector, _Connector) else None
+    key = id(client_timeout)
+    started = time.monotonic()
+    url, method, body = attempt.url, attempt.method, attempt.body
+    status = 0
+    try:
+        for _ in range(max_redirects + 1):
+            if attempts is not None:
+                attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
+            async with session.request(
+                method,
+                yarl.URL(url, encoded=True),
+                headers=attempt.headers,
+                data=body,
+                timeout=client_timeout,
+                allow_redirects=False,
+                ssl=attempt.ssl if attempt.ssl is not None else True,
+                middlewares=attempt.middlewares or None,
+            ) as resp:
+                location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
+                target = None if location is None else redirect_target(url, location)
+                if target is None:
+                    body_limit = max_response_bytes, not session.auto_decompress
+                    return await _response(resp, url, started, body_limit, attempt.secret)
+                status = resp.status
+                resp.release()
+                if status == 303 or (status in (301, 302) and method == "POST"):
+                    method, body = "GET", None
+                url = target
+    finally:
+        if attempts is not None:
+            attempts.pop(key, None)
+    raise status_error(
+        Response(status=status, headers={}, body=b"", url=url),
+        method=attempt.method,
+        attempts=None,
+        secret=attempt.secret,
+        reason=f"more than {max_redirects} redirects (a redirect loop?)",
+    )
+
+
+async def _response(
+    resp: aiohttp.ClientResponse,
+    url: str,
+    started: float,
+    body_limit: tuple[int, bool],
+    secret: str,
+) -> Response:
+    """The final response of an attempt, its body read (``body_limit``: the cap, inflate here)."""
+    limit, decompress_here = body_limit
+    if 200 <= resp.status < 300:
+        try:
+            content = await _read_body(resp, limit, decompress_here)
+        except AsyncSearchError as exc:  # too large, or an unknown encoding
+            exc.request_id = request_id(scrub_headers(resp.headers, secret))
+            raise
+    else:
+        content = await _read_error_body(resp, min(limit, _ERROR_BODY_LIMIT), decompress_here)
+    # The headers as received: the client scrubs them where they leave it (APIResponse.headers,
+    # errors), so a bulk fetch, which never looks at them, does not pay for it.
+    return Response(
+        status=resp.status,
+        headers=resp.headers,
+        body=content,
+        url=url,
+        elapsed=time.monotonic() - started,
+    )
 
 
 async def _read_error_body(
@@ -385,46 +427,14 @@ async def _read_body(
         decompressor = zlib.decompressobj(32 + zlib.MAX_WBITS)
     else:
         raise _unsupported_encoding(encoding)
-    parts: list[bytes] = []
-    size = 0
-
-    def full(data: bytes) -> bool:  # keeps data; True once the limit is reached, the rest dropped
-        nonlocal size
-        if size + len(data) > limit:
-            if not cut:
-                raise _too_large(limit)
-            parts.append(data[: limit - size])
-            size = limit
-            return True
-        parts.append(data)
-        size += len(data)
-        return False
-
-    raw_deflate_tried = False
-    received = 0
+    body = _Body(limit, cut)
     try:
+        if decompressor is not None:
+            return await _inflate(resp, body, decompressor, encoding)
         async for chunk in resp.content.iter_chunked(_CHUNK):
-            if decompressor is None:
-                if full(chunk):
-                    return b"".join(parts)
-                continue
-            received += len(chunk)
-            data = chunk
-            while data:
-                try:
-                    out = decompressor.decompress(data, limit - size + 1)
-                except zlib.error:
-                    if encoding == "deflate" and not raw_deflate_tried and size == 0:
-                        # Some servers send raw deflate without the zlib header.
-                        raw_deflate_tried = True
-                        decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
-                        continue
-                    raise APIConnectionError(
-                        f"the response body is not valid {encoding} data"
-                    ) from None
-                if full(out):
-                    return b"".join(parts)
-                data = decompressor.unconsumed_tail
+            if body.add(chunk):
+                break
+        return body.join()
     except aiohttp.ClientPayloadError as exc:
         if isinstance(exc.__cause__, _SessionInflateLimitError):
             # A bomb that the caller's session stopped first: too large, not a broken connection.
@@ -433,21 +443,65 @@ async def _read_body(
                 limit=limit,
             ) from None
         raise
-    if decompressor is not None:
-        if full(decompressor.flush()):
-            return b"".join(parts)
-        if received and not decompressor.eof:
-            # A stream cut before its end: its checksum was never read, so the data is suspect.
-            raise APIConnectionError(f"the response body ended before its {encoding} data did")
-    return b"".join(parts)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        # Under trio (or with no event loop at all): say so instead of a bare RuntimeError.
-        raise ConfigurationError(_ASYNCIO_ONLY) from None
+class _Body:
+    """The bytes of a body read so far: past ``limit`` refused, or with ``cut`` dropped."""
+
+    __slots__ = ("cut", "limit", "parts", "size")
+
+    def __init__(self, limit: int, cut: bool) -> None:
+        self.limit = limit
+        self.cut = cut
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> bool:
+        """Keep ``data``; True once the limit is reached (the rest is dropped)."""
+        if self.size + len(data) > self.limit:
+            if not self.cut:
+                raise _too_large(self.limit)
+            self.parts.append(data[: self.limit - self.size])
+            self.size = self.limit
+            return True
+        self.parts.append(data)
+        self.size += len(data)
+        return False
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+
+async def _inflate(
+    resp: aiohttp.ClientResponse, body: _Body, decompressor: Any, encoding: str
+) -> bytes:
+    """Inflate a gzip or deflate body into ``body``, never more than one byte past its limit."""
+    raw_deflate_tried = False
+    received = 0
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        received += len(chunk)
+        data = chunk
+        while data:
+            try:
+                out = decompressor.decompress(data, body.limit - body.size + 1)
+            except zlib.error:
+                if encoding == "deflate" and not raw_deflate_tried and body.size == 0:
+                    # Some servers send raw deflate without the zlib header.
+                    raw_deflate_tried = True
+                    decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
+                    continue
+                raise APIConnectionError(
+                    f"the response body is not valid {encoding} data"
+                ) from None
+            if body.add(out):
+                return body.join()
+            data = decompressor.unconsumed_tail
+    if body.add(decompressor.flush()):
+        return body.join()
+    if received and not decompressor.eof:
+        # A stream cut before its end: its checksum was never read, so the data is suspect.
+        raise APIConnectionError(f"the response body ended before its {encoding} data did")
+    return body.join()
 
 
 def _unsupported_encoding(encoding: str) -> ResponseValidationError:

@@ -213,13 +213,15 @@ def _matrix_timer(page: SearchPage, name: str) -> Callable[[], Measurement]:
     return run
 
 
-def memory(decode: Decode, body: bytes) -> dict[str, float]:
+def memory(decode: Decode, body: bytes, collections: int = 5) -> dict[str, float]:
     """Peak traced bytes while decoding, bytes the result keeps, and what it adds to a full gc.
 
     ``gc`` is the time of a full ``gc.collect()`` with the result alive minus one without it
-    (fastest of five each): what every later full collection pays while the page is kept.
+    (fastest of ``collections`` each): what every later full collection pays while the page is
+    kept; 0 with no ``collections`` (the smoke run, whose figures mean nothing).
     """
-    gc.collect()
+    if collections:
+        gc.collect()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -227,9 +229,11 @@ def memory(decode: Decode, body: bytes) -> dict[str, float]:
         retained, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    with_result = _full_collection()
+    if not collections:
+        return {"peak": peak, "retained": retained, "gc": 0.0}
+    with_result = _full_collection(collections)
     del result
-    without = _full_collection()
+    without = _full_collection(collections)
     return {"peak": peak, "retained": retained, "gc": max(0.0, with_result - without)}
 
 
@@ -263,8 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds = max(5, args.rounds)
-    if args.quick:
-        sizes, rounds = [10, 30], 5
+    if args.quick:  # a smoke test: one round of small pages, in seconds
+        sizes, rounds = [10, 30], 1
 
     variants = decoders()
     hits = [search_hit(i) for i in range(max(sizes))]
@@ -290,7 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             timers[f"matrix|{state}|{name}"] = _matrix_timer(page, name)
     samples = rounds_sync(timers, rounds)
 
-    mem = {(n, name): memory(decode, bodies[n]) for n in sizes for name, decode in variants.items()}
+    collections = 0 if args.quick else 5
+    mem = {
+        (n, name): memory(decode, bodies[n], collections)
+        for n in sizes
+        for name, decode in variants.items()
+    }
     empty_gc = _full_collection()
 
     results: dict[str, Any] = {"sizes": {}, "rounds": rounds}

@@ -343,8 +343,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.rounds = max(5, args.rounds)
-    if args.quick:
-        args.requests, args.slow_requests = 200, 50
+    if args.quick:  # a smoke test: one round of a few requests, in seconds
+        args.requests, args.slow_requests, args.rounds = 40, 10, 1
     args.slow_requests = min(args.slow_requests, args.requests)
 
     if args.otel_sdk:

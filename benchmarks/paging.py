@@ -253,8 +253,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.rounds = max(5, args.rounds)
-    if args.quick:
-        args.pages, args.page_size, args.latency, args.work = 4, 20, 0.01, 0.005
+    if args.quick:  # a smoke test: one round of a tiny walk, in seconds
+        args.pages, args.page_size, args.latency, args.work = 3, 4, 0.001, 0.0005
+        args.rounds = 1
     kinds = ("sleep", "cpu") if args.work_kind == "both" else (args.work_kind,)
     expected = args.pages * args.page_size
 

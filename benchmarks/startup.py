@@ -177,10 +177,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    rounds = 5 if args.quick else max(5, args.rounds)
+    rounds = 1 if args.quick else max(5, args.rounds)  # --quick: a smoke test, in seconds
 
-    for code in IMPORTS.values():  # writes the bytecode caches; not timed
-        _python(code)
+    if not args.quick:  # a smoke test's figures mean nothing: it skips the warm-up spawns
+        for code in IMPORTS.values():  # writes the bytecode caches; not timed
+            _python(code)
     samples = rounds_sync({name: _spawn_timer(code) for name, code in IMPORTS.items()}, rounds)
     bare = median(samples["bare interpreter"], "seconds")
     import_ms = {name: (median(samples[name], "seconds") - bare) * 1000 for name in IMPORTS}

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
+from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
 from aiohttp import web
 
 from asyncsearch import AsyncSearchClient
@@ -87,3 +91,46 @@ class ThreadedServer:
     def __exit__(self, *exc: object) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+# -- shared by the tests of the concurrency layer and of the page walker ----------------------
+
+#: Every way a consumer can leave an async iterator of the SDK.
+WAYS_OUT = [
+    "exhausted",
+    "aclose",
+    "async_with",
+    "body_exception",
+    "cancelled_in_anext",
+    "cancelled_in_body",
+    "anyio_timeout",
+    "break",
+]
+
+
+class Boom(Exception):
+    """An error raised on purpose by a fake function."""
+
+
+@pytest.fixture(autouse=True)
+async def no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
+    """Fail the test if asyncio reports anything: a task destroyed while pending, an exception
+    never retrieved, a failing finaliser. (Warnings are already errors in the pytest config.)"""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    yield reported
+    gc.collect()
+    await asyncio.sleep(0)
+    loop.set_exception_handler(previous)
+    assert reported == []
+
+
+def other_tasks() -> set[asyncio.Task[Any]]:
+    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+
+
+async def turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)

@@ -30,6 +30,7 @@ from asyncsearch import (
     InvalidRequestError,
     NotFoundError,
     PermissionDeniedError,
+    PoolTimeoutError,
     RateLimitError,
     RetryBudget,
     Timeout,
@@ -491,6 +492,43 @@ async def test_a_bulk_call_never_times_out_waiting_for_its_own_pool(
     assert [r.error for results in both for r in results] == [None] * 20
     assert server.max_in_flight <= 2
     assert len(server.seen) == 20
+
+
+async def test_a_bulk_call_sharing_the_pool_with_direct_calls_never_times_out_on_it(
+    serve: Serve, no_backoff: list[float]
+) -> None:
+    # A direct call and the bulk call's first request hold the two connections until the test
+    # says so: the bulk call's other requests wait for one far past Timeout.pool, without a
+    # time limit, while a direct call still gets its PoolTimeoutError. The bulk call's gate
+    # gives every connection back.
+    direct_id = job_ids(11)[10]
+    direct_in = asyncio.Event()
+    bulk_in = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        job_id = request.path.rsplit("/", 1)[1]
+        (direct_in if job_id == direct_id else bulk_in).set()
+        await release.wait()
+        return web.json_response(job_body(job_id))
+
+    server = await serve(handler)
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=2, timeout=Timeout(pool=0.05)
+    ) as client:
+        direct = asyncio.create_task(client.get_extraction(direct_id))
+        await direct_in.wait()
+        bulk = asyncio.create_task(client.gather_extractions(job_ids(10), concurrency=10))
+        await bulk_in.wait()
+        with pytest.raises(PoolTimeoutError):
+            await client.get_extraction(direct_id)
+        release.set()
+        results = await bulk
+        assert (await direct).id == direct_id
+        # Both connections are free again: two direct calls at once need no wait.
+        await asyncio.gather(*(client.get_extraction(i) for i in job_ids(2)))
+    assert [r.error for r in results] == [None] * 10
+    assert server.max_in_flight <= 2
 
 
 async def test_a_bulk_call_keeps_no_more_in_flight_than_a_callers_session_pool(

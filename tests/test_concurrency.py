@@ -7,7 +7,6 @@ asserted only as event order or as lower bounds, never as tight wall-clock ratio
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import random
 import time
@@ -25,53 +24,23 @@ from asyncsearch._concurrency import (
     Outcome,
     RetryBudget,
     fan_out,
+    limited_fan_out,
 )
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
+from .helpers import (  # noqa: F401 - no_loop_errors is an autouse fixture
+    WAYS_OUT,
+    Boom,
+    no_loop_errors,
+    other_tasks,
+    turns,
+)
+
 pytestmark = pytest.mark.timeout(30)
-
-WAYS_OUT = [
-    "exhausted",
-    "aclose",
-    "async_with",
-    "body_exception",
-    "cancelled_in_anext",
-    "cancelled_in_body",
-    "anyio_timeout",
-    "break",
-]
-
-
-class Boom(Exception):
-    """An error raised on purpose by a fake function."""
 
 
 class Fatal(BaseException):
     """A BaseException that is not an Exception, raised on purpose."""
-
-
-@pytest.fixture(autouse=True)
-async def no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """Fail the test if asyncio reports anything: a task destroyed while pending, an exception
-    never retrieved, a failing finaliser. (Warnings are already errors in the pytest config.)"""
-    loop = asyncio.get_running_loop()
-    reported: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
-    yield reported
-    gc.collect()
-    await asyncio.sleep(0)
-    loop.set_exception_handler(previous)
-    assert reported == []
-
-
-def other_tasks() -> set[asyncio.Task[Any]]:
-    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
-
-
-async def turns(n: int = 3) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -854,7 +823,6 @@ async def test_an_error_in_on_progress_stops_the_fan_out_and_is_raised() -> None
         ({"func": "not callable"}, "func"),
         ({"items": 42}, "items"),
         ({"on_progress": "nope"}, "on_progress"),
-        ({"controller": 4}, "controller"),
     ],
 )
 async def test_fan_out_validates_its_arguments_before_starting(
@@ -888,7 +856,7 @@ async def test_fan_out_respects_the_controller_limit() -> None:
         in_flight -= 1
         return i
 
-    async with fan_out(func, range(60), concurrency=10, controller=controller) as fo:
+    async with limited_fan_out(func, range(60), controller) as fo:
         assert len([o async for o in fo]) == 60
     assert peak == 3
     assert controller.in_flight == 0  # every slot given back
@@ -912,7 +880,7 @@ async def test_fan_out_follows_the_controller_when_it_cuts_the_limit() -> None:
         in_flight -= 1
         return i
 
-    async with fan_out(func, range(200), concurrency=8, controller=controller) as fo:
+    async with limited_fan_out(func, range(200), controller) as fo:
         assert len([o async for o in fo]) == 200
     assert controller.limit == 4
     # calls already running finish; a new one starts only while fewer than 4 are running
@@ -930,13 +898,82 @@ async def test_fan_out_waits_while_the_controller_is_paused() -> None:
 
     paused_at = time.monotonic()
     controller.pause(0.2)
-    async with fan_out(func, range(5), controller=controller) as fo:
+    async with limited_fan_out(func, range(5), controller) as fo:
         first = asyncio.ensure_future(anext(fo))
         await turns(20)
         assert started == []  # paused: nothing may start
         assert (await first).ok
         assert len([o async for o in fo]) == 4
     assert min(started) >= paused_at + 0.2
+
+
+async def test_an_item_is_pulled_only_once_its_call_may_start() -> None:
+    # One gate per call: a worker held back by the in-flight limit has taken no item yet (a
+    # second gate after the pull would hold items that cannot be sent).
+    limiter = AdaptiveConcurrency(4)
+    limiter.on_overload()  # 4 -> 2
+    release = asyncio.Event()
+    pulled = 0
+
+    def items() -> Iterator[int]:
+        nonlocal pulled
+        for i in range(100):
+            pulled += 1
+            yield i
+
+    async def func(i: int) -> int:
+        await release.wait()
+        return i
+
+    async with limited_fan_out(func, items(), limiter) as fo:
+        first = asyncio.ensure_future(anext(fo))
+        await turns(20)
+        assert limiter.in_flight == 2
+        assert pulled == 2
+        release.set()
+        assert (await first).ok
+        assert len([o async for o in fo]) == 99
+    assert limiter.in_flight == 0
+
+
+@pytest.mark.parametrize("way_out", ["exhausted", "aclose"])
+async def test_a_slot_of_the_gate_holds_a_connection_of_the_pool(way_out: str) -> None:
+    # The pool is part of the one gate: never more calls than free connections, and every
+    # connection back in the pool however the fan-out ends (also from a call waiting for one).
+    pool = asyncio.Semaphore(2)
+    limiter = AdaptiveConcurrency(4, pool=pool)
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+
+    async def func(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            await release.wait()
+        finally:
+            running -= 1
+        return i
+
+    async with limited_fan_out(func, range(10), limiter) as fo:
+        first = asyncio.ensure_future(anext(fo))
+        await turns(20)
+        assert running == 2
+        assert limiter.in_flight == 4  # two calls running, two waiting for a connection
+        if way_out == "aclose":
+            await fo.aclose()
+            with pytest.raises(StopAsyncIteration):
+                await first
+        else:
+            release.set()
+            assert (await first).ok
+            assert len([o async for o in fo]) == 9
+    assert peak == 2
+    assert limiter.in_flight == 0
+    for _ in range(2):  # both connections are free again: taken without waiting
+        async with asyncio.timeout(1):
+            await pool.acquire()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1036,9 +1073,11 @@ async def test_acquire_waits_for_the_pause() -> None:
     c = AdaptiveConcurrency(4)
     paused_at = time.monotonic()
     c.pause(0.1)
-    async with asyncio.timeout(5), c.slot():
-        assert time.monotonic() >= paused_at + 0.1
-        assert c.in_flight == 1
+    async with asyncio.timeout(5):
+        await c.acquire()
+    assert time.monotonic() >= paused_at + 0.1
+    assert c.in_flight == 1
+    c.release()
     assert c.in_flight == 0
 
 
@@ -1098,11 +1137,6 @@ def test_release_without_acquire_is_an_error() -> None:
         {"maximum": True},
         {"maximum": 4, "minimum": 0},
         {"maximum": 4, "minimum": 5},
-        {"maximum": 4, "decrease_factor": 1},
-        {"maximum": 4, "decrease_factor": 0},
-        {"maximum": 4, "decrease_factor": "0.5"},
-        {"maximum": 4, "increase_step": 0},
-        {"maximum": 4, "increase_step": float("inf")},
     ],
 )
 def test_adaptive_concurrency_validates_its_arguments(kwargs: dict[str, Any]) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import anyio
@@ -21,46 +20,15 @@ from asyncsearch._paging import SearchPager
 from asyncsearch._protocol import Request
 from asyncsearch._tracing import CallSpan, LazySpan, Tracing
 
+from .helpers import (  # noqa: F401 - no_loop_errors is an autouse fixture
+    WAYS_OUT,
+    Boom,
+    no_loop_errors,
+    other_tasks,
+    turns,
+)
+
 pytestmark = pytest.mark.timeout(30)
-
-WAYS_OUT = [
-    "exhausted",
-    "aclose",
-    "async_with",
-    "body_exception",
-    "cancelled_in_anext",
-    "cancelled_in_body",
-    "anyio_timeout",
-    "break",
-]
-
-
-class Boom(Exception):
-    """An error raised on purpose by a fake function."""
-
-
-@pytest.fixture(autouse=True)
-async def no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """Fail the test if asyncio reports anything: a task destroyed while pending, an exception
-    never retrieved, a failing finaliser. (Warnings are already errors in the pytest config.)"""
-    loop = asyncio.get_running_loop()
-    reported: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
-    yield reported
-    gc.collect()
-    await asyncio.sleep(0)
-    loop.set_exception_handler(previous)
-    assert reported == []
-
-
-def other_tasks() -> set[asyncio.Task[Any]]:
-    return {task for task in asyncio.all_tasks() if task is not asyncio.current_task()}
-
-
-async def turns(n: int = 3) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -156,13 +156,11 @@ def test_models_module_holds_every_wire_struct_a_caller_meets() -> None:
 
 
 def test_concurrency_module_holds_the_generic_machinery() -> None:
-    assert set(asyncsearch.concurrency.__all__) == {
-        "AdaptiveConcurrency",
-        "FanOut",
-        "Outcome",
-        "RetryBudget",
-        "fan_out",
-    }
+    # What a user needs, and nothing else: the limiter and the page walker are the client's
+    # machinery, private.
+    assert set(asyncsearch.concurrency.__all__) == {"FanOut", "Outcome", "RetryBudget", "fan_out"}
+    assert not hasattr(asyncsearch.concurrency, "AdaptiveConcurrency")
+    assert not hasattr(asyncsearch.concurrency, "Pager")
     for name in asyncsearch.concurrency.__all__:
         assert getattr(asyncsearch.concurrency, name) is getattr(asyncsearch._concurrency, name)
 
