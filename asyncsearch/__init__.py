@@ -21,7 +21,7 @@ from ._client import (
     RawResponseClient,
 )
 from ._concurrency import RetryBudget
-from ._config import RequestOptions, SearchOptions, Timeout
+from ._config import RequestOptions, RetryPolicy, SearchOptions, Timeout
 from ._errors import (
     APIConnectionError,
     APIStatusError,
@@ -98,6 +98,7 @@ __all__ = [
     "ResponseTooLargeError",
     "ResponseValidationError",
     "RetryBudget",
+    "RetryPolicy",
     "SearchFilters",
     "SearchHit",
     "SearchOptions",

@@ -4,7 +4,8 @@
 layers (as httpx's ``send`` -> ``_send_handling_auth`` -> ...): ``send`` runs the attempts and
 sleeps between them, ``_attempt`` makes one, ``_status_error`` turns an answer that is not a
 success into its error, and ``_retry_delay`` decides whether (and after how long) another
-attempt follows. The call's span gets the retries; ``APIResponse`` is the answer.
+attempt follows (by the call's ``RetryPolicy``, the pool's retry budget and the call's
+``deadline``). The call's span gets the retries; ``APIResponse`` is the answer.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger("asyncsearch")
 
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 8.0
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
 
@@ -146,20 +145,26 @@ async def send(
 
     ``options`` are the call's (its extras already applied to ``request``). ``pressure`` is
     told about successes and overload answers (429, 503, with their ``Retry-After``), so that a
-    bulk fetch can slow down as a whole; ``span`` gets the retries.
+    bulk fetch can slow down as a whole; ``span`` gets the retries. ``options.deadline``
+    bounds all of it: an attempt it cuts short raises ``APITimeoutError``, and a retry whose
+    wait would end past it is not started.
     """
+    policy = options.retry
     # May the request be sent again once it may have reached the service? See retry_search.
-    idempotent = request.idempotent or options.retry_search == "always"
+    idempotent = request.idempotent or policy.retry_search == "always"
+    end = None if options.deadline is None else anyio.current_time() + options.deadline
     attempts = 0
     while True:
         attempts += 1
         try:
-            response = await _attempt(shared, options, request, attempts, pressure is not None)
+            response = await _attempt(shared, options, request, attempts, pressure is not None, end)
         except APIConnectionError as exc:
             if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
                 raise
             timed_out = isinstance(exc, APITimeoutError)
-            delay = _retry_delay(shared, options, request, exc, attempts, after_timeout=timed_out)
+            delay = _retry_delay(
+                shared, options, request, exc, attempts, end, after_timeout=timed_out
+            )
             reason = type(exc).__name__
         else:
             status = response.status
@@ -170,9 +175,13 @@ async def send(
                     pressure.on_success()
                 return _api_response(request, response, attempts, options.api_key.get())
             error, retry_after = _status_error(options, request, response, attempts, pressure)
-            if not protocol.is_retryable_status(status, idempotent=idempotent):
+            if not protocol.is_retryable_status(
+                status, idempotent=idempotent, statuses=policy.statuses
+            ):
                 raise error
-            delay = _retry_delay(shared, options, request, error, attempts, retry_after=retry_after)
+            delay = _retry_delay(
+                shared, options, request, error, attempts, end, retry_after=retry_after
+            )
             reason = f"status {status}"
         logger.info(
             "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
@@ -180,7 +189,7 @@ async def send(
             request.path,
             delay,
             attempts,
-            options.max_retries + 1,
+            policy.max_retries + 1,
             reason,
         )
         span.retry(attempts, delay, reason)
@@ -188,13 +197,21 @@ async def send(
 
 
 async def _attempt(
-    shared: Shared, options: Options, request: Request[Any], attempts: int, queued: bool
+    shared: Shared,
+    options: Options,
+    request: Request[Any],
+    attempts: int,
+    queued: bool,
+    end: float | None,
 ) -> Response:
-    """One attempt: the answer, whatever its status; an error carries ``attempts``."""
+    """One attempt: the answer, whatever its status; an error carries ``attempts``.
+
+    Past ``end`` (the call's deadline, in anyio's clock) it is cancelled: ``APITimeoutError``.
+    """
     started = time.monotonic()
     body = request.body
     try:
-        response = await shared.transport.send(
+        sending = shared.transport.send(
             request.method,
             options.base_url + request.target,
             headers=options.headers_without_body if body is None else options.headers_with_body,
@@ -205,7 +222,20 @@ async def _attempt(
             ssl=options.ssl,
             secret=options.api_key.get(),
             queued=queued,
+            middlewares=options.middlewares,
         )
+        if end is None:
+            response = await sending
+        else:
+            with anyio.CancelScope(deadline=end) as scope:
+                response = await sending
+            if scope.cancelled_caught:
+                exc = APITimeoutError(
+                    f"the call ran past its deadline of {options.deadline:g}s during attempt "
+                    f"{attempts}"
+                )
+                exc.retryable = False  # the deadline has passed: no attempt may follow
+                raise exc
     except AsyncSearchError as exc:
         exc.attempts = attempts
         if isinstance(exc, APIConnectionError):
@@ -239,7 +269,7 @@ def _status_error(
     retry_after = protocol.parse_retry_after(response.headers)
     if pressure is not None and response.status in (429, 503):
         pressure.on_overload()
-        if retry_after is not None and retry_after <= options.max_retry_after:
+        if retry_after is not None and retry_after <= options.retry.max_retry_after:
             # The service asked everyone to wait, not only this call.
             pressure.pause(retry_after)
     error = protocol.status_error(
@@ -259,6 +289,7 @@ def _retry_delay(
     request: Request[Any],
     error: AsyncSearchError,
     attempts: int,
+    end: float | None,
     *,
     after_timeout: bool = False,
     retry_after: float | None = None,
@@ -266,20 +297,33 @@ def _retry_delay(
     """How long to wait before the next attempt after ``error``; raises it if none may follow.
 
     The server's ``Retry-After`` is honoured up to ``max_retry_after``; past it the error is
-    raised at once. ``max_retries`` and the retry budget (which says on the error that it
-    stopped the retries) come next; the delay is otherwise a jittered exponential backoff.
+    raised at once. ``max_retries`` and the retry budget come next; the delay is otherwise the
+    policy's backoff. A wait that would end past ``end`` (the deadline) is not started. The
+    budget and the deadline say on the error that they stopped the retries.
     """
-    if retry_after is not None and retry_after > options.max_retry_after:
+    policy = options.retry
+    if retry_after is not None and retry_after > policy.max_retry_after:
         logger.info(
             "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; not retrying",
             request.method,
             request.path,
             retry_after,
-            options.max_retry_after,
+            policy.max_retry_after,
         )
         raise error
-    max_retries = options.max_retries
+    max_retries = policy.max_retries
     if attempts > max_retries:
+        raise error
+    if retry_after is not None:
+        delay = retry_after
+    else:
+        draw = shared.random.random if policy.jitter else _no_jitter
+        delay = protocol.backoff_delay(attempts, base=policy.base, cap=policy.cap, random=draw)
+    if end is not None and anyio.current_time() + delay >= end:
+        error.retries_stopped = (
+            f"the call's deadline of {options.deadline:g}s would pass before the next attempt "
+            f"(after a wait of {delay:.2f}s)"
+        )
         raise error
     budget = shared.retry_budget
     if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
@@ -289,11 +333,11 @@ def _retry_delay(
             f"{max_retries} retries made; see RetryBudget)"
         )
         raise error
-    if retry_after is not None:
-        return retry_after
-    return protocol.backoff_delay(
-        attempts, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=shared.random.random
-    )
+    return delay
+
+
+def _no_jitter() -> float:
+    return 1.0
 
 
 def _redirect_reason(response: Response) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import (
     Coroutine,
     Iterable,
     Mapping,
+    Sequence,
 )
 from dataclasses import dataclass
 from types import MethodType, TracebackType
@@ -55,15 +56,17 @@ from ._concurrency import (
 from ._config import (
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_MAX_RETRY_AFTER,
+    DEFAULT_RETRY,
     NOT_GIVEN,
     OPTION_NAMES,
     REQUEST_OPTIONS,
     SEARCH_OPTIONS,
+    ClientMiddleware,
     NotGiven,
     OptionChanges,
     Options,
     RequestOptions,
+    RetryPolicy,
     SearchOptions,
     SearchRetryPolicy,
     Timeout,
@@ -415,6 +418,12 @@ def _check_job_ids(job_ids: object) -> None:
         )
 
 
+_SESSION_MIDDLEWARES = (
+    "middlewares cannot be given to a client made with session=: that session keeps its own "
+    "(aiohttp.ClientSession(middlewares=...)), which the client does not replace"
+)
+
+
 class AsyncSearchClient:
     """An async client of the content search and extraction service.
 
@@ -428,7 +437,14 @@ class AsyncSearchClient:
         timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or a number of seconds
             (the total, capping the others); ``None`` turns every limit off; not given: the
             default ``Timeout()``.
-        max_retries: retries after the first attempt (connection errors, timeouts, 408, 429, 5xx).
+        retry: the ``RetryPolicy``: which failures are retried, how often, and the waits; the
+            default retries connection errors, timeouts, 408, 429 and 5xx twice.
+        max_retries: shorthand for ``retry``'s ``max_retries`` (over ``retry``'s).
+        deadline: seconds a call may take in all, attempts and the waits between them (an
+            attempt cut short raises ``APITimeoutError``; a retry whose wait would end past it
+            is not made); ``None``: no bound but each attempt's ``timeout``.
+        middlewares: aiohttp client middlewares (``async def mw(request, handler)``) run on
+            every attempt; not with ``session`` (give them to that session).
         max_connections: size of the connection pool (ignored when ``session`` is given); a
             call waits at most ``Timeout.pool`` for a free connection (``PoolTimeoutError``).
         session: an ``aiohttp.ClientSession`` to use; the client never closes it.
@@ -437,21 +453,19 @@ class AsyncSearchClient:
         trust_env: take proxies and netrc from the environment, as aiohttp does.
         max_response_bytes: cap on a decoded body; past it ``ResponseTooLargeError``.
         allow_http: allow a plain ``http://`` base URL to a host that is not loopback.
-        max_retry_after: a ``Retry-After`` longer than this is not slept on; the error is raised.
+        max_retry_after: shorthand for ``retry``'s ``max_retry_after``.
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
         first_page: the number of the first page, used by the page iterators.
-        retry_search: "safe" (the default) retries a search that is not ``incognito`` only after
-            failures that show it was not acted on (the connection never opened; a 408, 429 or
-            503 answer), so it never leaves two history entries; "always" retries it like a GET.
+        retry_search: shorthand for ``retry``'s ``retry_search``.
         tracing: make OpenTelemetry spans when ``opentelemetry-api`` is importable (the
             ``otel`` extra); with no SDK configured they cost next to nothing.
         trace_content: put the query text, image, request body and URL query on spans; not
             given: env ``ASYNCSEARCH_TRACE_CONTENT`` (``1``, ``true``, ``yes``), else off.
 
     Every endpoint method, pager and bulk helper also takes ``RequestOptions`` for one call:
-    ``timeout``, ``max_retries``, ``extra_headers``, ``extra_query`` (and ``extra_body`` on
-    searches).
+    ``timeout``, ``retry``, ``max_retries``, ``deadline``, ``middlewares``, ``extra_headers``,
+    ``extra_query`` (and ``extra_body`` on searches).
 
     Raises ``ConfigurationError`` for a missing key or URL and for invalid options.
     """
@@ -463,7 +477,10 @@ class AsyncSearchClient:
         base_url: str | None = None,
         base_id: str | None = None,
         timeout: Timeout | float | NotGiven | None = NOT_GIVEN,
-        max_retries: int = 2,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_retries: int | NotGiven = NOT_GIVEN,
+        deadline: float | None = None,
+        middlewares: Sequence[ClientMiddleware] = (),
         max_connections: int = 100,
         session: aiohttp.ClientSession | None = None,
         headers: Mapping[str, str] | None = None,
@@ -471,11 +488,11 @@ class AsyncSearchClient:
         trust_env: bool = False,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         allow_http: bool = False,
-        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        max_retry_after: float | NotGiven = NOT_GIVEN,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
         retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
         first_page: int = 1,
-        retry_search: SearchRetryPolicy = "safe",
+        retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
         tracing: bool = True,
         trace_content: bool | None = None,
     ) -> None:
@@ -490,6 +507,8 @@ class AsyncSearchClient:
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
+        if session is not None and middlewares:
+            raise ConfigurationError(_SESSION_MIDDLEWARES)
         given = locals()  # the options of OptionChanges, by their names
         values = {name: given[name] for name in OPTION_NAMES}
         self._options = Options.make(values, user_agent=USER_AGENT)
@@ -546,6 +565,8 @@ class AsyncSearchClient:
         """
         self._check_open()
         options = self._options.merge(changes)
+        if options.middlewares and not self._shared.transport.owns_session:
+            raise ConfigurationError(_SESSION_MIDDLEWARES)
         child = object.__new__(AsyncSearchClient)
         child._options = options
         child._shared = self._shared
@@ -558,7 +579,7 @@ class AsyncSearchClient:
         state = "closed" if self.is_closed else "open"
         return (
             f"<AsyncSearchClient base_url={opts.base_url!r} base_id={opts.base_id!r} "
-            f"max_retries={opts.max_retries} {state}>"
+            f"max_retries={opts.retry.max_retries} {state}>"
         )
 
     # -- the request loop --------------------------------------------------------------------
@@ -578,6 +599,8 @@ class AsyncSearchClient:
         if self._closed or self._shared.transport.closed:  # self._check_open(), written out
             raise ClientClosedError("the client is closed")
         options = self._options if call is None else call
+        if options.middlewares and not self._shared.transport.owns_session:
+            raise InvalidRequestError(_SESSION_MIDDLEWARES)
         return await send(self._shared, options, request, pressure=pressure, span=span)
 
     # -- endpoints ---------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import enum
 import math
 import os
 import ssl as ssl_module
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
 from . import _protocol as protocol
@@ -24,13 +24,16 @@ __all__ = [
     "DEFAULT_MAX_REDIRECTS",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_RETRY_AFTER",
+    "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT",
     "NOT_GIVEN",
     "NO_TIMEOUT",
+    "ClientMiddleware",
     "NotGiven",
     "OptionChanges",
     "Options",
     "RequestOptions",
+    "RetryPolicy",
     "SearchOptions",
     "SearchRetryPolicy",
     "Timeout",
@@ -129,6 +132,72 @@ DEFAULT_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_MAX_RETRY_AFTER: Final = 60.0
 DEFAULT_MAX_REDIRECTS: Final = 5
 
+#: The ``retry_search`` rule: see ``RetryPolicy``.
+SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
+#: An aiohttp client middleware (``aiohttp.ClientMiddlewareType``): ``async def mw(request,
+#: handler)`` returning ``await handler(request)``'s response.
+ClientMiddleware: TypeAlias = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Which failures of a call are tried again, and how long to wait before each retry.
+
+    - ``max_retries``: retries after the first attempt.
+    - ``statuses``: the answer statuses retried (default 408, 429 and every 5xx); connection
+      errors and timeouts are retried whatever this holds.
+    - ``base``, ``cap``, ``jitter``: the wait before retry ``n`` is at most
+      ``min(cap, base * 2**(n-1))`` seconds; with ``jitter`` (full jitter) a uniform draw
+      below it, without it exactly that.
+    - ``max_retry_after``: the longest wait the server may ask for (``retry-after-ms``, or
+      ``Retry-After`` in seconds or as an HTTP date), waited instead of the backoff; an answer
+      asking for longer is raised at once.
+    - ``retry_search``: ``"safe"`` retries a search that is not ``incognito`` (the one request
+      that is not idempotent) only after failures that show it was not acted on (the connection
+      never opened; a 408, 429 or 503 answer), so it never leaves two history entries;
+      ``"always"`` retries it like a GET.
+
+    The retry budget is not here: it is shared by every call of the pool (``retry_budget``).
+    Raises ``ConfigurationError`` for a bad value.
+    """
+
+    max_retries: int = 2
+    #: Any collection of statuses; kept as a ``frozenset``.
+    statuses: Collection[int] = protocol.RETRYABLE_STATUSES
+    base: float = 0.5
+    cap: float = 8.0
+    jitter: bool = True
+    max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
+    retry_search: SearchRetryPolicy = "safe"
+
+    def __post_init__(self) -> None:
+        check_number("max_retries", self.max_retries, minimum=0, integer=True)
+        for name in ("base", "cap", "max_retry_after"):
+            value = getattr(self, name)
+            if not (check_number(name, value, minimum=0) < math.inf):
+                raise ConfigurationError(f"{name} must be finite, got {value!r}")
+        statuses: object = self.statuses
+        if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
+            raise ConfigurationError(f"statuses must be a set of HTTP statuses, got {statuses!r}")
+        statuses = frozenset(statuses)
+        if not all(
+            isinstance(s, int) and not isinstance(s, bool) and 100 <= s <= 599 for s in statuses
+        ):
+            raise ConfigurationError(
+                f"statuses must hold HTTP statuses (100-599), got {self.statuses!r}"
+            )
+        object.__setattr__(self, "statuses", statuses)
+        if not isinstance(self.jitter, bool):
+            raise ConfigurationError("jitter must be a bool")
+        if self.retry_search not in ("safe", "always"):
+            raise ConfigurationError(
+                f"retry_search must be 'safe' or 'always', got {self.retry_search!r}"
+            )
+
+
+#: The keywords that set one field of ``RetryPolicy`` each, kept from before it.
+_RETRY_SHORTHANDS: Final = frozenset({"max_retries", "max_retry_after", "retry_search"})
+
 
 class RequestOptions(TypedDict, total=False):
     """Options of one call, taken as keywords by every endpoint method, pager and bulk helper.
@@ -138,14 +207,21 @@ class RequestOptions(TypedDict, total=False):
 
     - ``timeout``: this call's ``Timeout`` per attempt, as the client option takes it (a
       ``Timeout``, a number of seconds for the total, or ``None`` for no limit).
-    - ``max_retries``: this call's retries after the first attempt.
+    - ``retry``: this call's ``RetryPolicy``; ``max_retries`` sets only its ``max_retries``.
+    - ``deadline``: seconds this call may take in all, attempts and waits between them;
+      ``None``: no bound but each attempt's ``timeout``.
+    - ``middlewares``: aiohttp client middlewares run on each attempt of this call, after the
+      client's own.
     - ``extra_headers``: headers added to the client's; they cannot replace ``X-Api-Key`` or
       ``X-Service-Base-Id`` (``InvalidRequestError``).
     - ``extra_query``: query parameters added to the URL; one the SDK sends is replaced.
     """
 
     timeout: Timeout | float | None
+    retry: RetryPolicy
     max_retries: int
+    deadline: float | None
+    middlewares: Sequence[ClientMiddleware]
     extra_headers: Mapping[str, str]
     extra_query: Mapping[str, str | int | float | bool]
 
@@ -160,10 +236,6 @@ class SearchOptions(RequestOptions, total=False):
     extra_body: Mapping[str, Any]
 
 
-#: The ``retry_search`` option: see ``AsyncSearchClient``.
-SearchRetryPolicy: TypeAlias = Literal["safe", "always"]
-
-
 class OptionChanges(TypedDict, total=False):
     """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
 
@@ -175,7 +247,10 @@ class OptionChanges(TypedDict, total=False):
     base_url: str
     base_id: str | None
     timeout: Timeout | float | None
+    retry: RetryPolicy
     max_retries: int
+    deadline: float | None
+    middlewares: Sequence[ClientMiddleware]
     headers: Mapping[str, str | None] | None
     ssl: ssl_module.SSLContext | None
     max_response_bytes: int
@@ -228,15 +303,15 @@ class Options:
     base_url: str
     base_id: str | None
     timeout: Timeout
-    max_retries: int
+    retry: RetryPolicy
+    deadline: float | None
+    middlewares: tuple[ClientMiddleware, ...]
     headers: Mapping[str, str]
     ssl: ssl_module.SSLContext | None
     max_response_bytes: int
     allow_http: bool
-    max_retry_after: float
     max_redirects: int
     first_page: int
-    retry_search: SearchRetryPolicy
     tracing: bool
     trace_content: bool | None
     #: Sent as ``User-Agent``; set by the client (the transport knows the aiohttp version).
@@ -251,7 +326,12 @@ class Options:
     @classmethod
     def make(cls, values: Mapping[str, Any], *, user_agent: str) -> Options:
         """The options of a new client: its keywords (``OptionChanges``, all of them), checked."""
-        blank: dict[str, Any] = {**dict.fromkeys(OPTION_NAMES), "headers": {}}
+        blank: dict[str, Any] = {
+            **dict.fromkeys(OPTION_NAMES - _RETRY_SHORTHANDS),
+            "headers": {},
+            "retry": DEFAULT_RETRY,
+            "middlewares": (),
+        }
         return cls(**blank, user_agent=user_agent).merge(values, function="AsyncSearchClient")
 
     def merge(
@@ -270,11 +350,23 @@ class Options:
         if not changes:
             return self
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        retry_changes: dict[str, Any] = {}
         for name, value in changes.items():
             if name not in allowed:
                 raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
             try:
+                if name in _RETRY_SHORTHANDS:
+                    if not isinstance(value, NotGiven):
+                        retry_changes[name] = value  # over ``retry``, whatever the order
+                    continue
                 values[_CALL_FIELDS.get(name, name)] = _check(name, value, self, error, function)
+            except ConfigurationError as exc:
+                if error is ConfigurationError:
+                    raise
+                raise error(exc.message) from None
+        if retry_changes:
+            try:
+                values["retry"] = replace(values["retry"], **retry_changes)
             except ConfigurationError as exc:
                 if error is ConfigurationError:
                     raise
@@ -328,12 +420,28 @@ def _check(
             return None if value is None else _check_text(name, value)
         case "timeout":
             return Timeout.coerce(value)
-        case "max_retries" | "max_redirects":
+        case "max_redirects":
             return check_number(name, value, minimum=0, integer=True, error=error)
+        case "retry":
+            if not isinstance(value, RetryPolicy):
+                raise ConfigurationError(f"retry must be an asyncsearch.RetryPolicy, got {value!r}")
+        case "deadline":
+            if value is not None and not _is_seconds(value):
+                raise ConfigurationError(
+                    f"deadline must be a positive finite number of seconds or None, got {value!r}"
+                )
+        case "middlewares":
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+                raise ConfigurationError("middlewares must be a sequence of aiohttp middlewares")
+            if not all(callable(mw) for mw in value):
+                raise ConfigurationError(
+                    "middlewares must hold callables (async def mw(request, handler))"
+                )
+            if function in ("AsyncSearchClient", "with_options"):
+                return tuple(value)
+            return (*old.middlewares, *value)  # a call's run after (inside) the client's
         case "max_response_bytes":
             return check_number(name, value, minimum=1, integer=True, error=error)
-        case "max_retry_after":
-            return float(check_number(name, value, minimum=0, error=error))
         case "first_page":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(f"first_page must be an integer, got {value!r}")
@@ -350,9 +458,6 @@ def _check(
         case "ssl":
             if value is not None and not isinstance(value, ssl_module.SSLContext):
                 raise ConfigurationError("ssl must be an ssl.SSLContext or None")
-        case "retry_search":
-            if value not in ("safe", "always"):
-                raise ConfigurationError(f"retry_search must be 'safe' or 'always', got {value!r}")
         case "trace_content":
             if value is not None and not isinstance(value, bool):
                 raise ConfigurationError("trace_content must be a bool or None")
@@ -408,3 +513,7 @@ def _merge_headers(
     checked = protocol.check_extra_headers(changes, name=name, error=error)
     kept = {key: value for key, value in headers.items() if key.lower() not in replaced}
     return {**kept, **checked}
+
+
+#: The default ``retry``: today's rules (made here, where its checks are defined).
+DEFAULT_RETRY: Final = RetryPolicy()

@@ -6,7 +6,8 @@
                                         ``.request_id`` once an answer came,
                                         ``.retries_stopped`` when retries ended early
     ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
-    │   └── APITimeoutError             connect, read or total timeout of an attempt
+    │   └── APITimeoutError             connect, read or total timeout of an attempt, or
+    │       │                           the call's ``deadline`` (that one not retried)
     │       └── PoolTimeoutError        no free pooled connection within ``Timeout.pool``
     │                                   (never retried)
     ├── APIStatusError                  the service answered with a non-2xx status
@@ -77,7 +78,7 @@ class AsyncSearchError(Exception):
     attempts: int | None
     request_id: str | None = None
     #: Why no more attempts were made although ``max_retries`` allowed more (the client's
-    #: retry budget was spent), or ``None``.
+    #: retry budget was spent, or the call's ``deadline`` would have passed), or ``None``.
     retries_stopped: str | None = None
 
     def __init__(self, message: str, *, attempts: int | None = None) -> None:

@@ -17,7 +17,7 @@ import mimetypes
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
@@ -62,6 +62,7 @@ __all__ = [
     "MAX_IMAGE_LENGTH",
     "MAX_TEXT_LENGTH",
     "NOT_ACTED_ON_STATUSES",
+    "RETRYABLE_STATUSES",
     "Request",
     "Response",
     "SearchParams",
@@ -108,6 +109,8 @@ _LINK_TYPES: tuple[LinkType, ...] = get_args(LinkType)
 #: Answers that say the request was not acted on (the server did not get all of it, refused it
 #: for its rate, or could not take it at all), so that any request may be sent again.
 NOT_ACTED_ON_STATUSES = frozenset({408, 429, 503})
+#: The statuses retried by default (``RetryPolicy.statuses``): 408, 429 and every 5xx.
+RETRYABLE_STATUSES = frozenset({408, 429, *range(500, 600)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1081,17 +1084,19 @@ def status_error(
     return error
 
 
-def is_retryable_status(status: int, *, idempotent: bool = True) -> bool:
+def is_retryable_status(
+    status: int, *, idempotent: bool = True, statuses: Collection[int] = RETRYABLE_STATUSES
+) -> bool:
     """Whether an answer with ``status`` is worth another attempt.
 
-    408, 429 and 503 are retried for every request, other 5xx only for an ``idempotent`` one.
-    Every other status is final.
+    Only a status in ``statuses`` is; of those, 408, 429 and 503 are retried for every request,
+    the others only for an ``idempotent`` one. Every other status is final.
     """
-    if status in NOT_ACTED_ON_STATUSES:  # the request was not acted on
-        return True
-    # Other 5xx answers may come after the service acted on it (a 500 after the search was
+    if status not in statuses:
+        return False
+    # Other answers may come after the service acted on it (a 500 after the search was
     # recorded, a 502 or 504 from a gateway whose upstream did the work).
-    return idempotent and 500 <= status <= 599
+    return idempotent or status in NOT_ACTED_ON_STATUSES
 
 
 def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:

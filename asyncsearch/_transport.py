@@ -16,7 +16,7 @@ import ssl as ssl_module
 import sys
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -146,6 +146,11 @@ class Transport:
         )
 
     @property
+    def owns_session(self) -> bool:
+        """True when the session is this transport's own (no ``session=`` was passed)."""
+        return self._owns_session
+
+    @property
     def pool_size(self) -> int | None:
         """How many requests this transport sends at once at most; None when unbounded."""
         if self._owns_session:
@@ -219,11 +224,14 @@ class Transport:
         ssl: ssl_module.SSLContext | None,
         secret: str,
         queued: bool = False,
+        middlewares: Sequence[aiohttp.ClientMiddlewareType] = (),
     ) -> Response:
         """Send one attempt and return the final response, body read in full.
 
         ``queued``: the caller holds a connection of the pool already (a bulk call's gate took
         one from ``pool``, without a time limit), so the attempt does not wait for one here.
+        ``middlewares`` run on each request sent (a redirect followed is another); none given,
+        the session's own run.
 
         Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
         ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
@@ -239,7 +247,7 @@ class Transport:
             # session.request) and ``elapsed`` start.
             return await _follow_redirects(
                 session,
-                _Attempt(method, url, body, headers, timeout, ssl, secret),
+                _Attempt(method, url, body, headers, timeout, ssl, secret, middlewares),
                 max_response_bytes=max_response_bytes,
                 max_redirects=max_redirects,
             )
@@ -282,6 +290,7 @@ class _Attempt(NamedTuple):
     timeout: Timeout
     ssl: ssl_module.SSLContext | None
     secret: str
+    middlewares: Sequence[aiohttp.ClientMiddlewareType]
 
 
 async def _follow_redirects(
@@ -315,6 +324,7 @@ async def _follow_redirects(
                 timeout=client_timeout,
                 allow_redirects=False,
                 ssl=attempt.ssl if attempt.ssl is not None else True,
+                middlewares=attempt.middlewares or None,
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
@@ -522,6 +532,8 @@ def _scrub(exc: BaseException, secret: str) -> None:
         exc.args = tuple(scrubbed if arg is info else arg for arg in exc.args)
     if hasattr(exc, "history"):
         exc.history = ()
+    if secret:  # an error raised by a middleware may quote the request's headers
+        exc.args = tuple(redact(a, secret) if isinstance(a, str) else a for a in exc.args)
 
 
 def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
@@ -543,7 +555,7 @@ def _translate(exc: Exception, secret: str) -> AsyncSearchError:
         # aiohttp was about to resend because the connection failed after the request went out.
         return APIConnectionError(
             "the server closed the connection without answering (or reset it) after the "
-            "request was sent"
+            "request was sent, or a middleware sent the request a second time"
         )
     _scrub(exc, secret)
     detail = redact(f"{type(exc).__name__}: {exc}", secret)

@@ -46,6 +46,7 @@ from asyncsearch import (
     ExtractionFormat,
     InvalidRequestError,
     RetryBudget,
+    RetryPolicy,
     SearchFilters,
     SearchQuery,
     Sort,
@@ -104,7 +105,10 @@ class ClientOptions(TypedDict, total=False):
 
     base_id: str | None
     timeout: Timeout | float | None
+    retry: RetryPolicy
     max_retries: int
+    deadline: float | None
+    middlewares: Sequence[Callable[[Any, Any], Any]]
     max_connections: int
     headers: Mapping[str, str] | None
     trust_env: bool

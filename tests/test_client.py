@@ -468,7 +468,7 @@ def test_timeout_none_turns_every_limit_off_and_not_given_keeps_the_default() ->
 def test_with_options_keeps_what_it_is_not_given_and_refuses_the_pool_s_options() -> None:
     client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", base_id="b", max_retries=4)
     child = client.with_options(first_page=0)
-    assert (child._options.base_id, child._options.max_retries) == ("b", 4)
+    assert (child._options.base_id, child._options.retry.max_retries) == ("b", 4)
     assert child._options.first_page == 0
     assert client.with_options(base_id=None)._options.base_id is None
     with pytest.raises(TypeError, match="max_connections"):

@@ -61,6 +61,7 @@ PUBLIC_NAMES = {
     # options
     "Timeout",
     "RetryBudget",
+    "RetryPolicy",
     "RequestOptions",
     "SearchOptions",
     "OptionChanges",
@@ -108,8 +109,8 @@ PUBLIC_NAMES = {
 
 def test_public_names_are_pinned() -> None:
     assert set(asyncsearch.__all__) == PUBLIC_NAMES
-    # About 45: the 19 errors are most of it.
-    assert len(PUBLIC_NAMES) <= 49
+    # About 45: the 19 errors are most of it (RetryPolicy, for issue 29, is the 50th).
+    assert len(PUBLIC_NAMES) <= 50
 
 
 def _structs_reachable_from(roots: list[type]) -> set[type]:

@@ -22,6 +22,8 @@ _TIMEOUT = 120
 GOOD = """
 from typing import assert_type
 
+import aiohttp
+
 from asyncsearch.models import Embeddings
 
 from asyncsearch import (
@@ -34,6 +36,7 @@ from asyncsearch import (
     SearchPage,
     APIResponse,
     RequestOptions,
+    RetryPolicy,
     Timeout,
     LinkPreview,
     WaitTimeoutError,
@@ -133,6 +136,21 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
     await client.wait_for_extraction("id", max_wait=60, timeout=10)
     options: RequestOptions = {"timeout": 3, "max_retries": 1}
     await client.link_preview("https://example.com", **options)
+
+
+async def tag(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    request.headers["X-Tag"] = "1"
+    return await handler(request)
+
+
+async def retry_deadline_middlewares(client: AsyncSearchClient) -> None:
+    policy = RetryPolicy(max_retries=4, statuses={429, 503}, cap=2.0, jitter=False)
+    patient = client.with_options(retry=policy, deadline=30, middlewares=[tag])
+    page = await patient.search("q", retry=RetryPolicy(), deadline=2.5, middlewares=(tag,))
+    assert_type(page, SearchPage)
+    await client.gather_extractions(["id"], deadline=None, middlewares=[tag])
 """
 
 BAD = """
@@ -155,6 +173,8 @@ async def typos(client: AsyncSearchClient) -> None:
     await client.with_raw_response.get_extraction("id", format="markdwon")
     await client.with_raw_response.search("q", pagesize=10)
     page: SearchPage = (await client.with_raw_response.search("q")).hits
+    await client.search("q", deadline="5")
+    await client.get_extraction("id", retry=3)
 """
 
 
@@ -197,7 +217,7 @@ def test_typos_in_closed_sets_and_argument_names_fail_type_checking(tmp_path: Pa
 
 
 #: The lines of BAD that hold a mistake.
-BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
 
 
 def _pyright(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
