@@ -52,7 +52,6 @@ from asyncsearch import (
     Sort,
     Timeout,
 )
-from asyncsearch._errors import install_hint
 from asyncsearch.arrow import (
     EMBEDDING_NAMES,
     EXTRACTION_SCHEMA,
@@ -74,7 +73,10 @@ try:
     from ray.data.extensions import ArrowTensorArray
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
-        f"asyncsearch.ray needs Ray Data: {install_hint('ray')} ({exc.name or exc} is missing)"
+        # The hint of asyncsearch._errors.install_hint, written out: this module uses only the
+        # public API of asyncsearch (tests/test_ray.py pins it).
+        "asyncsearch.ray needs Ray Data: pip install -e '.[ray]' in a checkout of asyncsearch"
+        f" ({exc.name or exc} is missing)"
     ) from exc
 
 __all__ = [

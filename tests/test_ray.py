@@ -589,12 +589,12 @@ def test_resume_refetches_the_jobs_written_in_progress(
 ) -> None:
     from asyncsearch.ray import unwritten_job_ids
 
-    # "ready": a state asyncsearch does not know, and so takes as final.
+    # "processing" (the emulator's) and "ready": states the spec does not name, and so final.
     jobs = {
         state: [emu.do(emu.emu.add_job, state=state, base_id=base_id)["id"] for _ in range(15)]
         for state in ("pending", "processing", "done", "ready")
     }
-    in_progress = [*jobs["pending"], *jobs["processing"]]
+    in_progress = jobs["pending"]
     unknown = [str(uuid.uuid4()) for _ in range(5)]
     ids = [*(i for state_ids in jobs.values() for i in state_ids), *unknown]
     out = str(tmp_path / "out")
@@ -608,13 +608,14 @@ def test_resume_refetches_the_jobs_written_in_progress(
     _export(ray_session, read_ids(), out, output, emu=emu, base_id=base_id)
     assert todo().count() == 0  # by default every row is final, as before
 
-    # The jobs written pending or processing come back, and only those (the 404s come back
-    # with retry_failed only).
+    # The jobs written pending come back, and only those (the 404s come back with retry_failed
+    # only; processing is not a state the spec names, so it is final).
     again = todo(refetch_in_progress=True)
     assert sorted(row["job_id"] for row in again.take_all()) == sorted(in_progress)
 
-    # Meanwhile the pending jobs finish; the processing ones do not.
-    for job_id in jobs["pending"]:
+    # Meanwhile ten of the pending jobs finish; five do not.
+    finished, still_pending = jobs["pending"][:10], jobs["pending"][10:]
+    for job_id in finished:
         emu.do(emu.emu.set_job_state, job_id, "done", base_id=base_id)
     before = _extract_requests(emu, base_id)
     _export(ray_session, again, out, output, emu=emu, base_id=base_id)
@@ -624,14 +625,15 @@ def test_resume_refetches_the_jobs_written_in_progress(
     rows = _written(ray_session, out, output)
     assert Counter(row["job_id"] for row in rows) == Counter(ids)
     states = {row["job_id"]: row["state"] for row in rows}
-    assert {states[i] for i in jobs["pending"]} == {"done"}
+    assert {states[i] for i in finished} == {"done"}
+    assert {states[i] for i in still_pending} == {"pending"}
     assert {states[i] for i in jobs["processing"]} == {"processing"}
     assert {states[i] for i in jobs["ready"]} == {"ready"}
     assert sorted(row["job_id"] for row in todo(refetch_in_progress=True).take_all()) == sorted(
-        jobs["processing"]
+        still_pending
     )
     both = todo(refetch_in_progress=True, retry_failed=True).take_all()
-    assert sorted(row["job_id"] for row in both) == sorted([*jobs["processing"], *unknown])
+    assert sorted(row["job_id"] for row in both) == sorted([*still_pending, *unknown])
 
 
 def _write_output(
