@@ -43,28 +43,6 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 if TYPE_CHECKING:
     from ._models import ExtractionJob  # for the annotation of WaitTimeoutError.job only
 
-__all__ = [
-    "APIConnectionError",
-    "APIStatusError",
-    "APITimeoutError",
-    "AsyncSearchError",
-    "AuthenticationError",
-    "BadRequestError",
-    "ClientClosedError",
-    "ConfigurationError",
-    "ConflictError",
-    "InternalServerError",
-    "InvalidRequestError",
-    "NotFoundError",
-    "PermissionDeniedError",
-    "PoolTimeoutError",
-    "RateLimitError",
-    "ResponseTooLargeError",
-    "ResponseValidationError",
-    "UnprocessableEntityError",
-    "WaitTimeoutError",
-]
-
 
 class AsyncSearchError(Exception):
     """Base class of every error raised by asyncsearch.

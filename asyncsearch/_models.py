@@ -477,12 +477,6 @@ _embeddings_slot = _HitFields.__dict__["embeddings"]
 _embeddings_decoder = msgspec.json.Decoder(Embeddings | None)
 
 
-def _decode_embeddings(hit_id: str, raw: msgspec.Raw) -> Embeddings | None:
-    """Decode a hit's raw ``embeddings``; a value that does not fit is a typed error."""
-    embeddings: Embeddings | None = _decode_vector_json(_embeddings_decoder, hit_id, raw, "")
-    return embeddings
-
-
 def _decode_vector_json(
     decoder: msgspec.json.Decoder[_T], hit_id: str, raw: msgspec.Raw, where: str
 ) -> _T:
@@ -502,7 +496,7 @@ def _decode_vector_json(
 def _builtins_of_raw(value: Any) -> Any:
     # enc_hook of to_dict(): a hit's embeddings not read yet, as read (to_builtins has no Raw).
     if type(value) is msgspec.Raw:
-        return msgspec.to_builtins(_decode_embeddings("?", value))
+        return msgspec.to_builtins(_decode_vector_json(_embeddings_decoder, "?", value, ""))
     raise NotImplementedError(f"cannot make builtins of {type(value).__name__}")
 
 
@@ -538,7 +532,7 @@ class SearchHit(_HitFields):
         def embeddings(self) -> Embeddings | None:
             value = _embeddings_slot.__get__(self)
             if type(value) is msgspec.Raw:
-                value = _decode_embeddings(self.id, value)
+                value = _decode_vector_json(_embeddings_decoder, self.id, value, "")
                 _embeddings_slot.__set__(self, value)
             return value
 
@@ -591,37 +585,20 @@ class SearchPage(_WireWithLists):
         it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
         vector does not fit.
         """
-        matrix, _ = embedding_matrix(self.hits, name)
-        return matrix
+        return embedding_matrices(self.hits, (name,))[name][0]
 
 
 #: Deprecated alias of ``SearchPage`` (there is one page type now); removed in the next release.
 LeanSearchPage = SearchPage
 
 
-class _Small3View(msgspec.Struct, gc=False):
-    small3_512: list[float] | None = msgspec.field(default=None, name="small3_512")
-
-
-class _Clip2View(msgspec.Struct, gc=False):
-    clip2: list[float] | None = None
-
-
 # One vector of a hit's raw embeddings, the other one skipped while parsing.
 _vector_decoders: dict[str, msgspec.json.Decoder[Any]] = {
-    "small3_512": msgspec.json.Decoder(_Small3View | None),
-    "clip2": msgspec.json.Decoder(_Clip2View | None),
+    name: msgspec.json.Decoder(
+        msgspec.defstruct(f"_{name}View", [(name, list[float] | None, None)], gc=False) | None
+    )
+    for name in ("small3_512", "clip2")
 }
-
-
-def embedding_matrix(
-    hits: Sequence[SearchHit], name: Literal["small3_512", "clip2"]
-) -> tuple[Any, Any]:
-    """The hits' ``name`` vectors as a float32 matrix, and which rows have one (a bool array).
-
-    See ``embedding_matrices``; a raw vector is parsed with a view that skips the other one.
-    """
-    return embedding_matrices(hits, (name,))[name]
 
 
 def embedding_matrices(
