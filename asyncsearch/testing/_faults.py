@@ -28,12 +28,26 @@ __all__ = [
 ]
 
 ENDPOINTS = ("search", "extract", "link", "webhook_logs", "webhook_log")
-# Named actions a script may hold besides HTTP status codes.
-SCRIPT_ACTIONS = ("ok", "drop", "truncate", "slow")
 
 Action = Literal["pass", "status", "drop", "truncate", "slow"]
+# Named actions a script may hold besides HTTP status codes, and the action each decides.
+_SCRIPT_DECISIONS: dict[str, Action] = {
+    "ok": "pass",
+    "drop": "drop",
+    "truncate": "truncate",
+    "slow": "slow",
+}
+SCRIPT_ACTIONS = tuple(_SCRIPT_DECISIONS)
 
-_RATES = ("drop_connection", "rate_429", "rate_500", "rate_503", "truncate_body", "slow_body")
+# Each rate, in the order of the single draw, and the scripted action it stands for.
+_RATE_ACTIONS: dict[str, int | str] = {
+    "drop_connection": "drop",
+    "rate_429": 429,
+    "rate_500": 500,
+    "rate_503": 503,
+    "truncate_body": "truncate",
+    "slow_body": "slow",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +104,7 @@ def _check_value(name: str, value: Any) -> Any:
         if not isinstance(value, int) or value < 1:
             raise ValueError("slow_chunks must be a positive integer")
         return value
-    if name in _RATES and not 0.0 <= value <= 1.0:
+    if name in _RATE_ACTIONS and not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability between 0 and 1")
     if value < 0:
         raise ValueError(f"{name} must not be negative")
@@ -162,7 +176,7 @@ class Faults:
         prospective[endpoint] = {**self._settings.get(endpoint, {}), **checked}
         for name in ENDPOINTS:
             merged = {**prospective.get("*", {}), **prospective.get(name, {})}
-            total = sum(float(merged.get(rate, 0.0)) for rate in _RATES)
+            total = sum(float(merged.get(rate, 0.0)) for rate in _RATE_ACTIONS)
             if total > 1.0 + 1e-9:
                 raise ValueError(f"the fault rates of {name!r} add up to {total:g}, more than 1")
         self._settings = prospective
@@ -352,38 +366,22 @@ class Faults:
                 if not queue:
                     del self._scripts[name]
                 return _scripted(action, common)
-        rates = [getattr(config, rate) for rate in _RATES]
+        rates = [getattr(config, rate) for rate in _RATE_ACTIONS]
         if not any(rates):
             return FaultDecision(action="pass", **common)
         draw = self._rng.random()
         edge = 0.0
-        for rate_name, rate in zip(_RATES, rates, strict=True):
+        for rate, action in zip(rates, _RATE_ACTIONS.values(), strict=True):
             edge += rate
             if draw < edge:
-                return _from_rate(rate_name, common)
+                return _scripted(action, common)
         return FaultDecision(action="pass", **common)
 
 
 def _scripted(action: int | str, common: dict[str, Any]) -> FaultDecision:
+    """What a scripted action, or the one a drawn rate stands for, does."""
     if isinstance(action, int):
         if 200 <= action < 300:
             return FaultDecision(action="pass", **common)
         return FaultDecision(action="status", status=action, **common)
-    if action == "ok":
-        return FaultDecision(action="pass", **common)
-    if action == "drop":
-        return FaultDecision(action="drop", **common)
-    if action == "truncate":
-        return FaultDecision(action="truncate", **common)
-    return FaultDecision(action="slow", **common)
-
-
-def _from_rate(rate_name: str, common: dict[str, Any]) -> FaultDecision:
-    if rate_name == "drop_connection":
-        return FaultDecision(action="drop", **common)
-    if rate_name == "truncate_body":
-        return FaultDecision(action="truncate", **common)
-    if rate_name == "slow_body":
-        return FaultDecision(action="slow", **common)
-    status = {"rate_429": 429, "rate_500": 500, "rate_503": 503}[rate_name]
-    return FaultDecision(action="status", status=status, **common)
+    return FaultDecision(action=_SCRIPT_DECISIONS[action], **common)
