@@ -25,7 +25,7 @@ from aiohttp import web
 from . import _search
 from ._bodies import content_codings, decode_content, decode_json, too_large
 from ._embed import decode_data_url
-from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
+from ._errors import EmulatorHTTPError, error_body, not_found, refused_as_422, validation_error
 from ._faults import ENDPOINTS, FaultDecision, Faults
 from ._images import fingerprint, recognised
 from ._linkpreview import parse_preview, synthetic_preview
@@ -849,10 +849,8 @@ class ServiceEmulator:
 
     async def _control_faults_set(self, request: web.Request) -> web.StreamResponse:
         body = await self._control_body(request)
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             self.faults.apply(body)
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.snapshot())
 
     async def _control_faults_script(self, request: web.Request) -> web.StreamResponse:
@@ -861,17 +859,13 @@ class ServiceEmulator:
         sequence = body.get("sequence")
         if not isinstance(endpoint, str) or not isinstance(sequence, list):
             raise validation_error('send {"endpoint": "<name>", "sequence": [503, "drop", 200]}')
-        try:
+        with refused_as_422():
             self.faults.script(endpoint, sequence)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.snapshot())
 
     async def _control_faults_clear(self, request: web.Request) -> web.StreamResponse:
-        try:
+        with refused_as_422(field="endpoint"):
             self.faults.clear(request.query.get("endpoint"))
-        except ValueError as exc:
-            raise validation_error(str(exc), "endpoint") from None
         return _json(self.faults.snapshot())
 
     async def _control_gate_get(self, request: web.Request) -> web.StreamResponse:
@@ -884,8 +878,7 @@ class ServiceEmulator:
             timeout = float(request.query.get("timeout", "10"))
             if not 0 < timeout <= 600:
                 raise ValueError("timeout must be in (0, 600] seconds")
-            if endpoint is not None:
-                self.faults.parked(endpoint)  # checks the name
+            # wait_parked checks the count and the endpoint's name before it waits.
             async with asyncio.timeout(timeout):
                 await self.faults.wait_parked(count, endpoint)
         except TimeoutError:
@@ -904,17 +897,13 @@ class ServiceEmulator:
             raise validation_error(f"unknown gate settings {sorted(body)}; known: endpoint, after")
         if not isinstance(endpoint, str):
             raise validation_error("endpoint must be a string", "endpoint")
-        try:
+        with refused_as_422():
             self.faults.hold(endpoint, after=after)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.gate_snapshot())
 
     async def _control_gate_release(self, request: web.Request) -> web.StreamResponse:
-        try:
+        with refused_as_422(field="endpoint"):
             self.faults.release(request.query.get("endpoint"))
-        except ValueError as exc:
-            raise validation_error(str(exc), "endpoint") from None
         return _json(self.faults.gate_snapshot())
 
     async def _control_stats(self, request: web.Request) -> web.StreamResponse:
@@ -928,7 +917,7 @@ class ServiceEmulator:
         base_id = self._base_id(request)
         body = await self._control_body(request)
         image = body.get("image")
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             if isinstance(image, str):
                 # Pillow decodes the picture in the worker thread, not on the event loop.
                 data = decode_data_url(image)
@@ -945,22 +934,18 @@ class ServiceEmulator:
                 image=image,
                 strict=bool(body.get("strict", True)),
             )
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(resource, 201)
 
     async def _control_add_job(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
         body = await self._control_body(request)
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             job = self.add_job(
                 body.get("job") or {},
                 base_id=base_id,
                 next_states=body.get("nextStates") or (),
                 strict=bool(body.get("strict", True)),
             )
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(job, 201)
 
     async def _control_add_webhook_log(self, request: web.Request) -> web.StreamResponse:
@@ -984,10 +969,8 @@ class ServiceEmulator:
         url, html = body.get("url"), body.get("html")
         if not isinstance(url, str) or not isinstance(html, str):
             raise validation_error('send {"url": "<absolute URL>", "html": "<html>"}')
-        try:
+        with refused_as_422(field="url"):
             self.add_page(url, html)
-        except ValueError as exc:
-            raise validation_error(str(exc), "url") from None
         return _json({"url": url}, 201)
 
     async def _control_seed(self, request: web.Request) -> web.StreamResponse:
@@ -999,10 +982,8 @@ class ServiceEmulator:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise validation_error(f"{key} must be an integer", key)
             values[key] = value
-        try:
+        with refused_as_422():
             self.seed(values["nResources"], values["nJobs"], values["seed"], base_id)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json({"resources": len(self.store.base(base_id).index)}, 201)
 
     # --------------------------------------------------------- listing handlers
