@@ -26,7 +26,7 @@ from . import _search
 from ._bodies import content_codings, decode_content, decode_json, too_large
 from ._embed import decode_data_url
 from ._errors import EmulatorHTTPError, error_body, not_found, refused_as_422, validation_error
-from ._faults import ENDPOINTS, FaultDecision, Faults
+from ._faults import ENDPOINTS, FaultDecision, Faults, check_endpoint
 from ._images import fingerprint, recognised
 from ._linkpreview import parse_preview, synthetic_preview
 from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
@@ -185,6 +185,13 @@ def _json(
 
 def _error(exc: EmulatorHTTPError) -> web.Response:
     return _json(exc.body(), exc.status, exc.headers)
+
+
+def _query_endpoint(request: web.Request) -> str | None:
+    """The ``endpoint`` query parameter of a control request, checked (None: every endpoint)."""
+    endpoint = request.query.get("endpoint")
+    with refused_as_422(field="endpoint"):
+        return endpoint if endpoint is None else check_endpoint(endpoint)
 
 
 def _check_params(request: web.Request, allowed: Iterable[str], strict: bool) -> None:
@@ -864,21 +871,19 @@ class ServiceEmulator:
         return _json(self.faults.snapshot())
 
     async def _control_faults_clear(self, request: web.Request) -> web.StreamResponse:
-        with refused_as_422(field="endpoint"):
-            self.faults.clear(request.query.get("endpoint"))
+        self.faults.clear(_query_endpoint(request))
         return _json(self.faults.snapshot())
 
     async def _control_gate_get(self, request: web.Request) -> web.StreamResponse:
-        endpoint = request.query.get("endpoint")
         wanted = request.query.get("parked")
         if wanted is None:
             return _json(self.faults.gate_snapshot())
+        endpoint = _query_endpoint(request)
         try:
             count = int(wanted)
             timeout = float(request.query.get("timeout", "10"))
             if not 0 < timeout <= 600:
                 raise ValueError("timeout must be in (0, 600] seconds")
-            # wait_parked checks the count and the endpoint's name before it waits.
             async with asyncio.timeout(timeout):
                 await self.faults.wait_parked(count, endpoint)
         except TimeoutError:
@@ -902,8 +907,7 @@ class ServiceEmulator:
         return _json(self.faults.gate_snapshot())
 
     async def _control_gate_release(self, request: web.Request) -> web.StreamResponse:
-        with refused_as_422(field="endpoint"):
-            self.faults.release(request.query.get("endpoint"))
+        self.faults.release(_query_endpoint(request))
         return _json(self.faults.gate_snapshot())
 
     async def _control_stats(self, request: web.Request) -> web.StreamResponse:

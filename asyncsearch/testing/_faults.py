@@ -25,6 +25,7 @@ __all__ = [
     "FaultConfig",
     "FaultDecision",
     "Faults",
+    "check_endpoint",
 ]
 
 ENDPOINTS = ("search", "extract", "link", "webhook_logs", "webhook_log")
@@ -111,7 +112,7 @@ def _check_value(name: str, value: Any) -> Any:
     return float(value)
 
 
-def _check_endpoint(endpoint: str) -> str:
+def check_endpoint(endpoint: str) -> str:
     if endpoint != "*" and endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: '*', {', '.join(ENDPOINTS)}")
     return endpoint
@@ -170,7 +171,7 @@ class Faults:
         Raises ValueError for an unknown endpoint or setting, a rate outside [0, 1], or rates
         of one endpoint that add up to more than 1.
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         checked = {name: _check_value(name, value) for name, value in settings.items()}
         prospective = dict(self._settings)
         prospective[endpoint] = {**self._settings.get(endpoint, {}), **checked}
@@ -190,7 +191,7 @@ class Faults:
         endpoint's previous one; while it lasts the random rates are not drawn. An endpoint's
         own script goes before the "*" script.
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         actions = deque(_check_action(a) for a in sequence)
         if actions:
             self._scripts[endpoint] = actions
@@ -207,7 +208,7 @@ class Faults:
             self._scripts.clear()
             self.release()
             return
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         self._settings.pop(endpoint, None)
         self._scripts.pop(endpoint, None)
         self.release(endpoint)
@@ -224,7 +225,7 @@ class Faults:
         running": hold, start it, ``await wait_parked()``, act, release. Call it from the
         emulator's event loop (or over HTTP).
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError("after must be a non-negative integer")
         gate = self._gates.get(endpoint)
@@ -235,7 +236,7 @@ class Faults:
 
     def release(self, endpoint: str | None = None) -> None:
         """Open the gate of an endpoint (or "*"), or every gate when None; idempotent."""
-        names = list(self._gates) if endpoint is None else [_check_endpoint(endpoint)]
+        names = list(self._gates) if endpoint is None else [check_endpoint(endpoint)]
         for name in names:
             gate = self._gates.pop(name, None)
             if gate is not None:
@@ -249,7 +250,7 @@ class Faults:
         """Return how many requests to ``endpoint`` (all when None) are parked at a gate now."""
         if endpoint is None:
             return sum(self._parked.values())
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         if endpoint == "*":
             return sum(self._parked.values())
         return self._parked[endpoint]
@@ -326,7 +327,7 @@ class Faults:
 
     def config(self, endpoint: str) -> FaultConfig:
         """Return the effective settings of an endpoint ("*" settings under its own)."""
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         merged = {**self._settings.get("*", {}), **self._settings.get(endpoint, {})}
         return FaultConfig(**merged)
 
