@@ -25,9 +25,10 @@ and logged once as a WARNING on the ``asyncsearch.arrow`` logger, which names th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, Unpack, get_args
@@ -48,14 +49,20 @@ from asyncsearch import (
 from asyncsearch._errors import install_hint
 from asyncsearch._models import embedding_matrices
 
-try:
+
+@contextlib.contextmanager
+def needs_extra(needs: str, extra: str) -> Iterator[None]:
+    """Turn a failed import into an ImportError saying what ``needs`` it and how to install
+    the ``extra`` that brings it (for ``asyncsearch.arrow`` and ``asyncsearch.ray``)."""
+    try:
+        yield
+    except ImportError as exc:  # pragma: no cover - the message is the point
+        raise ImportError(f"{needs}: {install_hint(extra)} ({exc.name or exc} is missing)") from exc
+
+
+with needs_extra("asyncsearch.arrow needs pyarrow and numpy", "arrow"):
     import numpy as np  # noqa: F401 - the matrices come from numpy (asyncsearch._models)
     import pyarrow as pa
-except ImportError as exc:  # pragma: no cover - the message is the point
-    raise ImportError(
-        f"asyncsearch.arrow needs pyarrow and numpy: {install_hint('arrow')}"
-        f" ({exc.name or exc} is missing)"
-    ) from exc
 
 if TYPE_CHECKING:
     # For the signature only: the keywords of search_pages, declared once in the client.

@@ -61,9 +61,10 @@ from asyncsearch.arrow import (
     check_embedding_widths,
     extraction_values,
     extractions_batch,
+    needs_extra,
 )
 
-try:
+with needs_extra("asyncsearch.ray needs Ray Data", "ray"):
     import numpy as np
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -71,13 +72,6 @@ try:
     import ray
     import ray.data
     from ray.data.extensions import ArrowTensorArray
-except ImportError as exc:  # pragma: no cover - the message is the point
-    raise ImportError(
-        # The hint of asyncsearch._errors.install_hint, written out: this module uses only the
-        # public API of asyncsearch (tests/test_ray.py pins it).
-        "asyncsearch.ray needs Ray Data: pip install -e '.[ray]' in a checkout of asyncsearch"
-        f" ({exc.name or exc} is missing)"
-    ) from exc
 
 __all__ = [
     "EXTRACTION_SCHEMA",

@@ -148,54 +148,38 @@ def _client_options(*, suppress: bool) -> argparse.ArgumentParser:
 
     They are accepted before and after the command name; after it they are added with
     SUPPRESS defaults, so that leaving them out there keeps what was given before it.
+    Not given at all, each is None (False for --allow-http).
     """
-
-    def default(value: object) -> object:
-        return argparse.SUPPRESS if suppress else value
-
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(
+        add_help=False, argument_default=argparse.SUPPRESS if suppress else None
+    )
     group = parser.add_argument_group("service options")
     group.add_argument(
-        "--api-key",
-        metavar="KEY",
-        default=default(None),
-        help=f"the API key (default: env {ENV_API_KEY}); never printed",
+        "--api-key", metavar="KEY", help=f"the API key (default: env {ENV_API_KEY}); never printed"
     )
     group.add_argument(
-        "--base-url",
-        metavar="URL",
-        default=default(None),
-        help=f"the service's URL (default: env {ENV_BASE_URL})",
+        "--base-url", metavar="URL", help=f"the service's URL (default: env {ENV_BASE_URL})"
     )
-    group.add_argument(
-        "--base-id", metavar="ID", default=default(None), help="run against this base"
-    )
+    group.add_argument("--base-id", metavar="ID", help="run against this base")
     group.add_argument(
         "--allow-http",
         action="store_true",
-        default=default(False),
         help="allow plain http:// to a host that is not loopback (the key travels unencrypted)",
     )
     group.add_argument(
         "--timeout",
         type=_positive_float,
         metavar="SECONDS",
-        default=default(None),
         help="total time per attempt (default: connect 10 s, read 60 s, total 180 s)",
     )
     group.add_argument(
         "--max-retries",
         type=_non_negative_int,
         metavar="N",
-        default=default(None),
         help="retries after the first attempt (default: 2)",
     )
     group.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=default(0),
-        help="log retries (-v) or every request (-vv) on stderr",
+        "-v", "--verbose", action="count", help="log retries (-v) or every request (-vv) on stderr"
     )
     return parser
 
@@ -206,13 +190,14 @@ def _subcommand(
     *,
     help: str,
     description: str | None = None,
-    parents: Sequence[argparse.ArgumentParser] = (),
+    service: bool = True,
 ) -> argparse.ArgumentParser:
+    """A command's parser; one that talks to the service takes the service options too."""
     return commands.add_parser(
         name,
         help=help,
         description=description or help,
-        parents=list(parents),
+        parents=[_client_options(suppress=True)] if service else [],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
@@ -234,7 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    service = _client_options(suppress=True)
 
     search = _subcommand(
         commands,
@@ -244,7 +228,6 @@ def build_parser() -> argparse.ArgumentParser:
             "Search and print the best hits as a table, or with --json one JSON line per hit in "
             "the wire form (for pipes). Several pages are walked as needed for --max-items."
         ),
-        parents=[service],
     )
     search.add_argument("text", nargs="?", help="the text to search for")
     query = search.add_argument_group("query")
@@ -309,13 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Print an extraction job as indented JSON, or with --format markdown the Markdown "
             "rendering of its caption. --json prints the job as one JSON line."
         ),
-        parents=[service],
     )
     extract.add_argument("job_id", metavar="JOB_ID")
     extract.add_argument("--format", choices=get_args(ExtractionFormat), default=None)
     extract.add_argument("--json", action="store_true", help="the job as one JSON line")
 
-    link = _subcommand(commands, "link", help="print the link preview of a URL", parents=[service])
+    link = _subcommand(commands, "link", help="print the link preview of a URL")
     link.add_argument("url", metavar="URL")
     link.add_argument(
         "--type", choices=get_args(LinkType), default=None, help="cache (default) or link: re-read"
@@ -330,7 +312,6 @@ def build_parser() -> argparse.ArgumentParser:
             "With JOB_ID only, a table of the job's webhook deliveries (--json: one JSON line "
             "each); with LOG_ID too, that delivery in full as JSON."
         ),
-        parents=[service],
     )
     webhook_logs.add_argument("job_id", metavar="JOB_ID")
     webhook_logs.add_argument("log_id", metavar="LOG_ID", nargs="?")
@@ -341,7 +322,6 @@ def build_parser() -> argparse.ArgumentParser:
         "extract-many",
         help="export many extraction results to a resumable JSON Lines file",
         description=EXTRACT_MANY_HELP,
-        parents=[service],
     )
     many.add_argument("ids", metavar="IDS", help="a file of job ids, one per line, or - for stdin")
     outputs = many.add_mutually_exclusive_group(required=True)
@@ -379,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
             and print the export lines that point '{PROG}' and the client at it. The API key is
             --api-key, else env {ENV_API_KEY}, else a new one, printed."""
         ),
+        service=False,
     )
     serve.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     serve.add_argument("--port", type=_port, default=8000, help="default: 8000; 0 picks one")
@@ -422,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
             "over pages, a bulk fetch with injected faults, a link preview and webhook logs. "
             "Needs no API key, no URL and no network."
         ),
+        service=False,
     )
     demo.add_argument("--seed", type=int, default=7, help="seed of the generated data (default: 7)")
     return parser

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from rich.text import Text
 
-from asyncsearch import SearchFilters, SearchHit, image_data_url
+from asyncsearch import AsyncSearchClient, ExtractionJob, SearchFilters, SearchHit, image_data_url
 
 from ._outputs import check_not_input, check_writable
 from ._render import (
@@ -26,6 +27,8 @@ __all__ = ["extract", "link", "search", "webhook_logs"]
 
 MAX_PAGE_SIZE = 100  # the spec's limit of pageSize
 DEFAULT_MAX_ITEMS = 20  # hits shown when --max-items is not given (without --parquet)
+
+T = TypeVar("T")
 
 
 def _filters(args: argparse.Namespace) -> SearchFilters | None:
@@ -127,53 +130,67 @@ async def _search_parquet(ctx: Context, query: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+async def _show(
+    ctx: Context,
+    subject: str,
+    call: Callable[[AsyncSearchClient], Awaitable[T]],
+    pretty: Callable[[T], object],
+) -> int:
+    """Make one call (``subject`` names what it asks for, if not found) and write its answer
+    as one JSON line with --json, else with ``pretty``."""
+    ctx.subject = subject
+    async with ctx.client() as client:
+        value = await call(client)
+    if ctx.args.json:
+        write_json_line(value)
+    else:
+        pretty(value)
+    return EXIT_OK
+
+
 async def extract(ctx: Context) -> int:
     """``asyncsearch extract``: one extraction job as JSON, or its Markdown caption."""
     args = ctx.args
-    ctx.subject = f"extraction job {args.job_id}"
-    async with ctx.client() as client:
-        job = await client.get_extraction(args.job_id, format=args.format)
-    if args.json:
-        write_json_line(job)
-    elif args.format == "markdown":
-        common = job.extraction.common if job.extraction is not None else None
-        if common is None or not common.caption:
-            raise CommandError(
-                f"extraction job {job.id} has no caption to show (state: {job.state})"
-            )
-        # Written as is, not through rich, which would wrap long lines to the terminal's width.
-        write_text(common.caption)
-    else:
-        write_pretty_json(job)
-    return EXIT_OK
+    pretty = _write_caption if args.format == "markdown" else write_pretty_json
+    return await _show(
+        ctx,
+        f"extraction job {args.job_id}",
+        lambda client: client.get_extraction(args.job_id, format=args.format),
+        pretty,
+    )
+
+
+def _write_caption(job: ExtractionJob) -> None:
+    common = job.extraction.common if job.extraction is not None else None
+    if common is None or not common.caption:
+        raise CommandError(f"extraction job {job.id} has no caption to show (state: {job.state})")
+    # Written as is, not through rich, which would wrap long lines to the terminal's width.
+    write_text(common.caption)
 
 
 async def link(ctx: Context) -> int:
     """``asyncsearch link``: the link preview of a URL."""
     args = ctx.args
-    ctx.subject = f"a preview of {args.url}"
-    async with ctx.client() as client:
-        preview = await client.link_preview(args.url, type=args.type)
-    if args.json:
-        write_json_line(preview)
-    else:
-        stdout_console().print(link_preview_table(preview))
-    return EXIT_OK
+    return await _show(
+        ctx,
+        f"a preview of {args.url}",
+        lambda client: client.link_preview(args.url, type=args.type),
+        lambda preview: stdout_console().print(link_preview_table(preview)),
+    )
 
 
 async def webhook_logs(ctx: Context) -> int:
     """``asyncsearch webhook-logs``: the webhook deliveries of a job, or one of them."""
     args = ctx.args
+    if args.log_id is not None:
+        return await _show(
+            ctx,
+            f"webhook log {args.log_id} of extraction job {args.job_id}",
+            lambda client: client.get_webhook_log(args.job_id, args.log_id),
+            write_pretty_json,
+        )
+    ctx.subject = f"extraction job {args.job_id}"
     async with ctx.client() as client:
-        if args.log_id is not None:
-            ctx.subject = f"webhook log {args.log_id} of extraction job {args.job_id}"
-            log = await client.get_webhook_log(args.job_id, args.log_id)
-            if args.json:
-                write_json_line(log)
-            else:
-                write_pretty_json(log)
-            return EXIT_OK
-        ctx.subject = f"extraction job {args.job_id}"
         logs = await client.list_webhook_logs(args.job_id)
     if args.json:
         for summary in logs:

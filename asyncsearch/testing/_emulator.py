@@ -25,8 +25,8 @@ from aiohttp import web
 from . import _search
 from ._bodies import content_codings, decode_content, decode_json, too_large
 from ._embed import decode_data_url
-from ._errors import EmulatorHTTPError, error_body, not_found, validation_error
-from ._faults import ENDPOINTS, FaultDecision, Faults
+from ._errors import EmulatorHTTPError, error_body, not_found, refused_as_422, validation_error
+from ._faults import ENDPOINTS, FaultDecision, Faults, check_endpoint
 from ._images import fingerprint, recognised
 from ._linkpreview import parse_preview, synthetic_preview
 from ._requests import MAX_BODY_BYTES, check_uuid, parse_search
@@ -185,6 +185,13 @@ def _json(
 
 def _error(exc: EmulatorHTTPError) -> web.Response:
     return _json(exc.body(), exc.status, exc.headers)
+
+
+def _query_endpoint(request: web.Request) -> str | None:
+    """The ``endpoint`` query parameter of a control request, checked (None: every endpoint)."""
+    endpoint = request.query.get("endpoint")
+    with refused_as_422(field="endpoint"):
+        return endpoint if endpoint is None else check_endpoint(endpoint)
 
 
 def _check_params(request: web.Request, allowed: Iterable[str], strict: bool) -> None:
@@ -849,10 +856,8 @@ class ServiceEmulator:
 
     async def _control_faults_set(self, request: web.Request) -> web.StreamResponse:
         body = await self._control_body(request)
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             self.faults.apply(body)
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.snapshot())
 
     async def _control_faults_script(self, request: web.Request) -> web.StreamResponse:
@@ -861,31 +866,24 @@ class ServiceEmulator:
         sequence = body.get("sequence")
         if not isinstance(endpoint, str) or not isinstance(sequence, list):
             raise validation_error('send {"endpoint": "<name>", "sequence": [503, "drop", 200]}')
-        try:
+        with refused_as_422():
             self.faults.script(endpoint, sequence)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.snapshot())
 
     async def _control_faults_clear(self, request: web.Request) -> web.StreamResponse:
-        try:
-            self.faults.clear(request.query.get("endpoint"))
-        except ValueError as exc:
-            raise validation_error(str(exc), "endpoint") from None
+        self.faults.clear(_query_endpoint(request))
         return _json(self.faults.snapshot())
 
     async def _control_gate_get(self, request: web.Request) -> web.StreamResponse:
-        endpoint = request.query.get("endpoint")
         wanted = request.query.get("parked")
         if wanted is None:
             return _json(self.faults.gate_snapshot())
+        endpoint = _query_endpoint(request)
         try:
             count = int(wanted)
             timeout = float(request.query.get("timeout", "10"))
             if not 0 < timeout <= 600:
                 raise ValueError("timeout must be in (0, 600] seconds")
-            if endpoint is not None:
-                self.faults.parked(endpoint)  # checks the name
             async with asyncio.timeout(timeout):
                 await self.faults.wait_parked(count, endpoint)
         except TimeoutError:
@@ -904,17 +902,12 @@ class ServiceEmulator:
             raise validation_error(f"unknown gate settings {sorted(body)}; known: endpoint, after")
         if not isinstance(endpoint, str):
             raise validation_error("endpoint must be a string", "endpoint")
-        try:
+        with refused_as_422():
             self.faults.hold(endpoint, after=after)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json(self.faults.gate_snapshot())
 
     async def _control_gate_release(self, request: web.Request) -> web.StreamResponse:
-        try:
-            self.faults.release(request.query.get("endpoint"))
-        except ValueError as exc:
-            raise validation_error(str(exc), "endpoint") from None
+        self.faults.release(_query_endpoint(request))
         return _json(self.faults.gate_snapshot())
 
     async def _control_stats(self, request: web.Request) -> web.StreamResponse:
@@ -928,7 +921,7 @@ class ServiceEmulator:
         base_id = self._base_id(request)
         body = await self._control_body(request)
         image = body.get("image")
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             if isinstance(image, str):
                 # Pillow decodes the picture in the worker thread, not on the event loop.
                 data = decode_data_url(image)
@@ -945,22 +938,18 @@ class ServiceEmulator:
                 image=image,
                 strict=bool(body.get("strict", True)),
             )
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(resource, 201)
 
     async def _control_add_job(self, request: web.Request) -> web.StreamResponse:
         base_id = self._base_id(request)
         body = await self._control_body(request)
-        try:
+        with refused_as_422(errors=(TypeError, ValueError)):
             job = self.add_job(
                 body.get("job") or {},
                 base_id=base_id,
                 next_states=body.get("nextStates") or (),
                 strict=bool(body.get("strict", True)),
             )
-        except (TypeError, ValueError) as exc:
-            raise validation_error(str(exc)) from None
         return _json(job, 201)
 
     async def _control_add_webhook_log(self, request: web.Request) -> web.StreamResponse:
@@ -984,10 +973,8 @@ class ServiceEmulator:
         url, html = body.get("url"), body.get("html")
         if not isinstance(url, str) or not isinstance(html, str):
             raise validation_error('send {"url": "<absolute URL>", "html": "<html>"}')
-        try:
+        with refused_as_422(field="url"):
             self.add_page(url, html)
-        except ValueError as exc:
-            raise validation_error(str(exc), "url") from None
         return _json({"url": url}, 201)
 
     async def _control_seed(self, request: web.Request) -> web.StreamResponse:
@@ -999,10 +986,8 @@ class ServiceEmulator:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise validation_error(f"{key} must be an integer", key)
             values[key] = value
-        try:
+        with refused_as_422():
             self.seed(values["nResources"], values["nJobs"], values["seed"], base_id)
-        except ValueError as exc:
-            raise validation_error(str(exc)) from None
         return _json({"resources": len(self.store.base(base_id).index)}, 201)
 
     # --------------------------------------------------------- listing handlers

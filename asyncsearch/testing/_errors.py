@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["CODES", "EmulatorHTTPError", "error_body", "not_found", "validation_error"]
+__all__ = [
+    "CODES",
+    "EmulatorHTTPError",
+    "error_body",
+    "not_found",
+    "refused_as_422",
+    "validation_error",
+]
 
 # The machine-readable code sent for each status; a status not listed gets "error".
 CODES: dict[int, str] = {
@@ -67,6 +76,17 @@ class EmulatorHTTPError(Exception):
 def validation_error(message: str, field: str | None = None) -> EmulatorHTTPError:
     """Return a 422 error naming the offending request field."""
     return EmulatorHTTPError(422, message, field=field)
+
+
+@contextlib.contextmanager
+def refused_as_422(
+    field: str | None = None, errors: tuple[type[Exception], ...] = (ValueError,)
+) -> Iterator[None]:
+    """Answer the ``errors`` raised by checks of a request with a 422 naming ``field``."""
+    try:
+        yield
+    except errors as exc:
+        raise validation_error(str(exc), field) from None
 
 
 def not_found(message: str, field: str | None = None) -> EmulatorHTTPError:

@@ -25,15 +25,30 @@ __all__ = [
     "FaultConfig",
     "FaultDecision",
     "Faults",
+    "check_endpoint",
 ]
 
 ENDPOINTS = ("search", "extract", "link", "webhook_logs", "webhook_log")
-# Named actions a script may hold besides HTTP status codes.
-SCRIPT_ACTIONS = ("ok", "drop", "truncate", "slow")
 
 Action = Literal["pass", "status", "drop", "truncate", "slow"]
+# Named actions a script may hold besides HTTP status codes, and the action each decides.
+_SCRIPT_DECISIONS: dict[str, Action] = {
+    "ok": "pass",
+    "drop": "drop",
+    "truncate": "truncate",
+    "slow": "slow",
+}
+SCRIPT_ACTIONS = tuple(_SCRIPT_DECISIONS)
 
-_RATES = ("drop_connection", "rate_429", "rate_500", "rate_503", "truncate_body", "slow_body")
+# Each rate, in the order of the single draw, and the scripted action it stands for.
+_RATE_ACTIONS: dict[str, int | str] = {
+    "drop_connection": "drop",
+    "rate_429": 429,
+    "rate_500": 500,
+    "rate_503": 503,
+    "truncate_body": "truncate",
+    "slow_body": "slow",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +105,14 @@ def _check_value(name: str, value: Any) -> Any:
         if not isinstance(value, int) or value < 1:
             raise ValueError("slow_chunks must be a positive integer")
         return value
-    if name in _RATES and not 0.0 <= value <= 1.0:
+    if name in _RATE_ACTIONS and not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability between 0 and 1")
     if value < 0:
         raise ValueError(f"{name} must not be negative")
     return float(value)
 
 
-def _check_endpoint(endpoint: str) -> str:
+def check_endpoint(endpoint: str) -> str:
     if endpoint != "*" and endpoint not in ENDPOINTS:
         raise ValueError(f"unknown endpoint {endpoint!r}; known: '*', {', '.join(ENDPOINTS)}")
     return endpoint
@@ -156,13 +171,13 @@ class Faults:
         Raises ValueError for an unknown endpoint or setting, a rate outside [0, 1], or rates
         of one endpoint that add up to more than 1.
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         checked = {name: _check_value(name, value) for name, value in settings.items()}
         prospective = dict(self._settings)
         prospective[endpoint] = {**self._settings.get(endpoint, {}), **checked}
         for name in ENDPOINTS:
             merged = {**prospective.get("*", {}), **prospective.get(name, {})}
-            total = sum(float(merged.get(rate, 0.0)) for rate in _RATES)
+            total = sum(float(merged.get(rate, 0.0)) for rate in _RATE_ACTIONS)
             if total > 1.0 + 1e-9:
                 raise ValueError(f"the fault rates of {name!r} add up to {total:g}, more than 1")
         self._settings = prospective
@@ -176,7 +191,7 @@ class Faults:
         endpoint's previous one; while it lasts the random rates are not drawn. An endpoint's
         own script goes before the "*" script.
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         actions = deque(_check_action(a) for a in sequence)
         if actions:
             self._scripts[endpoint] = actions
@@ -193,7 +208,7 @@ class Faults:
             self._scripts.clear()
             self.release()
             return
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         self._settings.pop(endpoint, None)
         self._scripts.pop(endpoint, None)
         self.release(endpoint)
@@ -210,7 +225,7 @@ class Faults:
         running": hold, start it, ``await wait_parked()``, act, release. Call it from the
         emulator's event loop (or over HTTP).
         """
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError("after must be a non-negative integer")
         gate = self._gates.get(endpoint)
@@ -221,7 +236,7 @@ class Faults:
 
     def release(self, endpoint: str | None = None) -> None:
         """Open the gate of an endpoint (or "*"), or every gate when None; idempotent."""
-        names = list(self._gates) if endpoint is None else [_check_endpoint(endpoint)]
+        names = list(self._gates) if endpoint is None else [check_endpoint(endpoint)]
         for name in names:
             gate = self._gates.pop(name, None)
             if gate is not None:
@@ -235,7 +250,7 @@ class Faults:
         """Return how many requests to ``endpoint`` (all when None) are parked at a gate now."""
         if endpoint is None:
             return sum(self._parked.values())
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         if endpoint == "*":
             return sum(self._parked.values())
         return self._parked[endpoint]
@@ -312,7 +327,7 @@ class Faults:
 
     def config(self, endpoint: str) -> FaultConfig:
         """Return the effective settings of an endpoint ("*" settings under its own)."""
-        _check_endpoint(endpoint)
+        check_endpoint(endpoint)
         merged = {**self._settings.get("*", {}), **self._settings.get(endpoint, {})}
         return FaultConfig(**merged)
 
@@ -352,38 +367,22 @@ class Faults:
                 if not queue:
                     del self._scripts[name]
                 return _scripted(action, common)
-        rates = [getattr(config, rate) for rate in _RATES]
+        rates = [getattr(config, rate) for rate in _RATE_ACTIONS]
         if not any(rates):
             return FaultDecision(action="pass", **common)
         draw = self._rng.random()
         edge = 0.0
-        for rate_name, rate in zip(_RATES, rates, strict=True):
+        for rate, action in zip(rates, _RATE_ACTIONS.values(), strict=True):
             edge += rate
             if draw < edge:
-                return _from_rate(rate_name, common)
+                return _scripted(action, common)
         return FaultDecision(action="pass", **common)
 
 
 def _scripted(action: int | str, common: dict[str, Any]) -> FaultDecision:
+    """What a scripted action, or the one a drawn rate stands for, does."""
     if isinstance(action, int):
         if 200 <= action < 300:
             return FaultDecision(action="pass", **common)
         return FaultDecision(action="status", status=action, **common)
-    if action == "ok":
-        return FaultDecision(action="pass", **common)
-    if action == "drop":
-        return FaultDecision(action="drop", **common)
-    if action == "truncate":
-        return FaultDecision(action="truncate", **common)
-    return FaultDecision(action="slow", **common)
-
-
-def _from_rate(rate_name: str, common: dict[str, Any]) -> FaultDecision:
-    if rate_name == "drop_connection":
-        return FaultDecision(action="drop", **common)
-    if rate_name == "truncate_body":
-        return FaultDecision(action="truncate", **common)
-    if rate_name == "slow_body":
-        return FaultDecision(action="slow", **common)
-    status = {"rate_429": 429, "rate_500": 500, "rate_503": 503}[rate_name]
-    return FaultDecision(action="status", status=status, **common)
+    return FaultDecision(action=_SCRIPT_DECISIONS[action], **common)
