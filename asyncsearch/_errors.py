@@ -160,9 +160,8 @@ class PoolTimeoutError(APITimeoutError):
         self.retryable = False
 
 
-# Kept in step with APIStatusError.__init__, which spells them out for its own callers.
 class StatusErrorFields(TypedDict):
-    """The keyword arguments of ``APIStatusError``, for a subclass that adds its own."""
+    """The keyword arguments of ``APIStatusError`` (declared once, here), for its subclasses."""
 
     status_code: int
     headers: Mapping[str, str]
@@ -179,23 +178,13 @@ class APIStatusError(AsyncSearchError):
     (cut to a few kilobytes), else ``None``.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status_code: int,
-        headers: Mapping[str, str],
-        body: Any,
-        method: str,
-        url: str,
-        attempts: int | None = None,
-    ) -> None:
-        super().__init__(message, attempts=attempts)
-        self.status_code = status_code
-        self.headers = headers
-        self.body = body
-        self.method = method
-        self.url = url
+    def __init__(self, message: str, **fields: Unpack[StatusErrorFields]) -> None:
+        super().__init__(message, attempts=fields.get("attempts"))
+        self.status_code = fields["status_code"]
+        self.headers = fields["headers"]
+        self.body = fields["body"]
+        self.method = fields["method"]
+        self.url = fields["url"]
 
 
 class BadRequestError(APIStatusError):
