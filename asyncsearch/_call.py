@@ -137,9 +137,8 @@ async def send(
     shared: Shared,
     options: Options,
     request: Request[T],
-    *,
-    pressure: AdaptiveConcurrency | None = None,
     span: CallSpan = NO_SPAN,
+    pressure: AdaptiveConcurrency | None = None,
 ) -> APIResponse[T]:
     """Send a request with retries; return the success response or raise its error.
 
