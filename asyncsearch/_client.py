@@ -21,7 +21,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
 from types import MethodType
 from typing import (
     TYPE_CHECKING,
@@ -182,8 +181,7 @@ def _split(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return options, {k: v for k, v in params.items() if k not in SEARCH_OPTIONS}
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared(Generic[T]):
+class _Prepared(msgspec.Struct, Generic[T], frozen=True):
     """One endpoint call ready to go: its request, the call's options, its span's attributes."""
 
     request: Request[T]
@@ -240,8 +238,24 @@ def _endpoint_method(
     Its signature is ``prepare``'s, returning the model (``APIResponse`` of it if ``raw``).
     """
 
+    name = prepare.__name__
+    search = name == "search"
+
     async def method(client: AsyncSearchClient, /, *args: Any, **kwargs: Any) -> Any:
-        return await client._answer(prepare.__name__, prepare(client, *args, **kwargs), raw=raw)
+        # Sent under the call's span: its APIResponse if raw, else parsed.
+        prepared = prepare(client, *args, **kwargs)
+        call = client._call(name, prepared.options, SEARCH_OPTIONS if search else REQUEST_OPTIONS)
+        request = call.apply(prepared.request)
+        with client._options.tracer.call(name, request, attributes=prepared.attributes) as span:
+            response = await client._send(call, request, span)
+            span.answered(response)
+            if search and span is not NO_SPAN:
+                try:  # decoded once: parse() gives this page again
+                    span.set("asyncsearch.search.hits", len(response.parse().hits))
+                except ResponseValidationError:
+                    if not raw:  # a bad body is the raw caller's, when it parses
+                        raise
+            return response if raw else response.parse()
 
     functools.update_wrapper(method, prepare)
     signature = inspect.signature(prepare)
@@ -414,9 +428,8 @@ class AsyncSearchClient(AsyncClosing):
         api_key: sent as ``X-Api-Key``; defaults to env ``ASYNCSEARCH_API_KEY``.
         base_url: the service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
         base_id: sends ``X-Service-Base-Id`` to run against that base.
-        timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or a number of seconds
-            (the total, capping the others); ``None`` turns every limit off; not given: the
-            default ``Timeout()``.
+        timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or seconds (the total,
+            capping the others); ``None`` turns every limit off; not given: ``Timeout()``.
         retry: the ``RetryPolicy``: which failures are retried, how often, and the waits; the
             default retries connection errors, timeouts, 408, 429 and 5xx twice.
         max_retries, max_retry_after, retry_search: shorthands for those of ``retry`` (over it).
@@ -436,8 +449,8 @@ class AsyncSearchClient(AsyncClosing):
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
         first_page: the number of the first page, used by the page iterators.
-        tracing: make OpenTelemetry spans when ``opentelemetry-api`` is importable (the
-            ``otel`` extra); with no SDK configured they cost next to nothing.
+        tracing: OpenTelemetry spans when ``opentelemetry-api`` is importable (``otel`` extra);
+            with no SDK configured they cost next to nothing.
         trace_content: put the query text, image, request body and URL query on spans; not
             given: env ``ASYNCSEARCH_TRACE_CONTENT`` (``1``, ``true``, ``yes``), else off.
 
@@ -536,10 +549,8 @@ class AsyncSearchClient(AsyncClosing):
         if options.middlewares and not self._shared.transport.owns_session:
             raise ConfigurationError(_SESSION_MIDDLEWARES)
         child = object.__new__(AsyncSearchClient)
-        child._options = options
-        child._shared = self._shared
-        child._owns_transport = False
-        child._closed = False
+        # This client's state (open: checked above), with the pool and the budget it shares.
+        child.__dict__.update(self.__dict__, _options=options, _owns_transport=False)
         return child
 
     def __repr__(self) -> str:
@@ -584,22 +595,6 @@ class AsyncSearchClient(AsyncClosing):
                 f"{name} must be >= {first}, the client's first_page, got {page}"
             )
 
-    async def _answer(self, name: str, prepared: _Prepared[T], *, raw: bool) -> Any:
-        """Send an endpoint's request under its span: its ``APIResponse`` if raw, else parsed."""
-        search = name == "search"
-        call = self._call(name, prepared.options, SEARCH_OPTIONS if search else REQUEST_OPTIONS)
-        request = call.apply(prepared.request)
-        with self._options.tracer.call(name, request, attributes=prepared.attributes) as span:
-            response = await self._send(call, request, span)
-            span.answered(response)
-            if search and span is not NO_SPAN:
-                try:  # decoded once: parse() gives this page again
-                    span.set("asyncsearch.search.hits", len(response.parse().hits))  # type: ignore[attr-defined]
-                except ResponseValidationError:
-                    if not raw:  # a bad body is the raw caller's, when it parses
-                        raise
-            return response if raw else response.parse()
-
     @_Endpoint
     def search(
         self,
@@ -612,12 +607,11 @@ class AsyncSearchClient(AsyncClosing):
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
         ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``;
-        and the call's options (``SearchOptions``: ``timeout``, ``max_retries``,
-        ``extra_headers``, ``extra_query``, ``extra_body``).
-        ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
-        ``None`` are not sent. Each hit decodes its embeddings on first read of
-        ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False`` drops them once the page is
-        parsed (``hit.embeddings`` is ``None``), so that the answer's bytes can be freed.
+        and the call's options (``SearchOptions``). ``filters`` and ``sort`` take the Struct or
+        a dict with the same keys; arguments left as ``None`` are not sent. Each hit decodes its
+        embeddings on first read of ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False``
+        drops them once the page is parsed (``hit.embeddings`` is ``None``), so that the
+        answer's bytes can be freed.
         Raises ``InvalidRequestError`` before sending when an argument is past the spec's
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
@@ -699,9 +693,9 @@ class AsyncSearchClient(AsyncClosing):
         *,
         start_page: int | None = None,
         max_pages: int | None = None,
+        max_items: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
-        max_items: int | None = None,
         embeddings: bool = True,
         **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchHit]:
@@ -776,11 +770,10 @@ class AsyncSearchClient(AsyncClosing):
         the whole batch. Results come as completed, or in input order with ``ordered=True``.
         A failed job becomes a result with ``.error``: every id given comes back exactly once per
         occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
-        ``len(job_ids)`` when it has a length (a list, a tuple, a set) and ``None`` when it has
-        not (a generator, an iterator, an async iterable): ``done`` still counts every id.
-        The call's options (``RequestOptions``) apply to every request. Raises
-        ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or ``uuid.UUID``
-        instead of an iterable of them) and bad arguments.
+        ``len(job_ids)``, or ``None`` when it has no length (a generator, an async iterable):
+        ``done`` still counts every id. The call's options (``RequestOptions``) apply to every
+        request. Raises ``InvalidRequestError`` at once for bad arguments and a single id (a
+        ``str``, ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
         fan = {"ordered": ordered, "on_progress": on_progress}
         return self._bulk("iter_extractions", job_ids, concurrency, format, options, fan)
@@ -890,12 +883,11 @@ class AsyncSearchClient(AsyncClosing):
         ``NotFoundError``, propagate at once. The call's options (``RequestOptions``;
         ``timeout`` is per attempt, as everywhere) apply to every poll.
         """
-        request = protocol.get_extraction(job_id)
         for name, value in (("interval", interval), ("max_wait", max_wait)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
         call = self._call("wait_for_extraction", options)
-        request = call.apply(request)
+        request = call.apply(protocol.get_extraction(job_id))
         done = _done_when(until, in_progress)
         span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
@@ -918,11 +910,10 @@ class AsyncSearchClient(AsyncClosing):
                     delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
             # Only max_wait's cancellation ends the loop without a return.
             state = last.state if last is not None else None
-            raise WaitTimeoutError(
-                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})",
-                job=last,
-                attempts=attempts,
+            message = (
+                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})"
             )
+            raise WaitTimeoutError(message, job=last, attempts=attempts)
         except BaseException as exc:
             span.end(exc)
             raise
