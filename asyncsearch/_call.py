@@ -123,15 +123,13 @@ class APIResponse(Generic[T]):
         )
 
 
-def _api_response(
-    request: Request[T], response: Response, attempts: int, secret: str
-) -> APIResponse[T]:
+def _api_response(call: _Call[T], response: Response) -> APIResponse[T]:
     answer: APIResponse[T] = APIResponse.__new__(APIResponse)
-    answer._request = request
+    answer._request = call.request
     answer._response = response
     answer._parsed = None
-    answer._secret = secret
-    answer.attempts = attempts
+    answer._secret = call.options.api_key.get()
+    answer.attempts = call.attempts
     return answer
 
 
@@ -172,7 +170,7 @@ async def send(
                     shared.retry_budget.on_success()
                 if pressure is not None:
                     pressure.on_success()
-                return _api_response(request, response, call.attempts, options.api_key.get())
+                return _api_response(call, response)
             error, retry_after = call.status_error(response)
             if not protocol.is_retryable_status(
                 status, idempotent=idempotent, statuses=policy.statuses
@@ -194,12 +192,12 @@ async def send(
 
 
 @dataclass(slots=True)
-class _Call:
+class _Call(Generic[T]):
     """One call under way: what ``send``'s steps share, and the attempts made so far."""
 
     shared: Shared
     options: Options
-    request: Request[Any]
+    request: Request[T]
     pressure: AdaptiveConcurrency | None
     end: float | None  # the call's deadline, in anyio's clock
     attempts: int = 0

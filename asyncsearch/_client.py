@@ -146,22 +146,20 @@ def _setup_logging() -> None:
     (the application configured it).
     """
     value = os.environ.get(ENV_LOG, "").strip()
-    if not value:
-        return
     names = logging.getLevelNamesMapping()
     level = names.get(value.upper(), logging.NOTSET)
-    if level == logging.NOTSET:
+    if value and level == logging.NOTSET:
         choices = ", ".join(sorted(name.lower() for name in names if name != "NOTSET"))
         message = "%s=%r is not a level name (%s); asyncsearch's logging is left as it is"
         logger.warning(message, ENV_LOG, value, choices)
-        return
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(
-            logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s")
-        )
-        logger.addHandler(handler)
-    logger.setLevel(level)
+    elif level != logging.NOTSET:
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(
+                logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s")
+            )
+            logger.addHandler(handler)
+        logger.setLevel(level)
 
 
 _setup_logging()
@@ -173,6 +171,11 @@ class SearchCallParams(SearchParams, SearchOptions, total=False):
 
 class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
+
+
+#: The walk of ``search_pages``/``search_hits``: their ``start_page``, ``max_pages``,
+#: ``max_items``, ``prefetch``, ``dedupe`` and ``embeddings``.
+_Walk: TypeAlias = tuple[int | None, int | None, int | None, bool, bool, bool]
 
 
 def _split(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -198,8 +201,7 @@ class _Endpoint(Generic[P, T]):
     """
 
     def __init__(self, prepare: Callable[Concatenate[AsyncSearchClient, P], _Prepared[T]]) -> None:
-        self.parsed = _endpoint_method(prepare, raw=False)
-        self.raw = _endpoint_method(prepare, raw=True)
+        self.parsed, self.raw = (_endpoint_method(prepare, raw=raw) for raw in (False, True))
         # Read on the class, it stands for the plain method (help(), inspect, an unbound call);
         # its __signature__ comes with the plain method's __dict__.
         functools.update_wrapper(self, self.parsed)
@@ -685,7 +687,7 @@ class AsyncSearchClient(AsyncClosing):
         validated now, before anything is sent.
         """
         walk = (start_page, max_pages, None, prefetch, dedupe, embeddings)
-        return self._pager("search_pages", text, params, *walk)
+        return self._pager("search_pages", text, params, walk)
 
     def search_hits(
         self,
@@ -705,20 +707,12 @@ class AsyncSearchClient(AsyncClosing):
         without fetching pages it does not need.
         """
         walk = (start_page, max_pages, max_items, prefetch, dedupe, embeddings)
-        return self._pager("search_hits", text, params, *walk)
+        return self._pager("search_hits", text, params, walk)
 
     def _pager(
-        self,
-        function: str,
-        text: str | None,
-        all_params: SearchWalkCallParams,
-        start_page: int | None,
-        max_pages: int | None,
-        max_items: int | None,
-        prefetch: bool,
-        dedupe: bool,
-        embeddings: bool,
+        self, function: str, text: str | None, all_params: SearchWalkCallParams, walk: _Walk
     ) -> SearchPager[Any]:
+        start_page, max_pages, max_items, prefetch, dedupe, embeddings = walk
         options, params = _split(all_params)
         # Validates every argument now, so a bad one fails at the call, not at the first page.
         call = self._call(function, options, SEARCH_OPTIONS)
