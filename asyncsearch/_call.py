@@ -2,10 +2,11 @@
 
 ``send`` is the request loop every endpoint, pager and bulk helper goes through, in small
 layers (as httpx's ``send`` -> ``_send_handling_auth`` -> ...): ``send`` runs the attempts and
-sleeps between them, ``_attempt`` makes one, ``_status_error`` turns an answer that is not a
-success into its error, and ``_retry_delay`` decides whether (and after how long) another
-attempt follows (by the call's ``RetryPolicy``, the pool's retry budget and the call's
-``deadline``). The call's span gets the retries; ``APIResponse`` is the answer.
+sleeps between them; its ``_Call`` (what the steps of one call share) makes one (``attempt``),
+turns an answer that is not a success into its error (``status_error``), and decides whether
+(and after how long) another attempt follows (``retry_delay``: by the call's ``RetryPolicy``,
+the pool's retry budget and the call's ``deadline``). The call's span gets the retries;
+``APIResponse`` is the answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
@@ -121,15 +123,13 @@ class APIResponse(Generic[T]):
         )
 
 
-def _api_response(
-    request: Request[T], response: Response, attempts: int, secret: str
-) -> APIResponse[T]:
+def _api_response(call: _Call[T], response: Response) -> APIResponse[T]:
     answer: APIResponse[T] = APIResponse.__new__(APIResponse)
-    answer._request = request
+    answer._request = call.request
     answer._response = response
     answer._parsed = None
-    answer._secret = secret
-    answer.attempts = attempts
+    answer._secret = call.options.api_key.get()
+    answer.attempts = call.attempts
     return answer
 
 
@@ -137,9 +137,8 @@ async def send(
     shared: Shared,
     options: Options,
     request: Request[T],
-    *,
-    pressure: AdaptiveConcurrency | None = None,
     span: CallSpan = NO_SPAN,
+    pressure: AdaptiveConcurrency | None = None,
 ) -> APIResponse[T]:
     """Send a request with retries; return the success response or raise its error.
 
@@ -153,18 +152,16 @@ async def send(
     # May the request be sent again once it may have reached the service? See retry_search.
     idempotent = request.idempotent or policy.retry_search == "always"
     end = None if options.deadline is None else anyio.current_time() + options.deadline
-    attempts = 0
+    call = _Call(shared, options, request, pressure, end)
     while True:
-        attempts += 1
+        call.attempts += 1
+        retry_after = None
         try:
-            response = await _attempt(shared, options, request, attempts, pressure is not None, end)
+            response = await call.attempt()
         except APIConnectionError as exc:
             if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
                 raise
-            timed_out = isinstance(exc, APITimeoutError)
-            delay = _retry_delay(
-                shared, options, request, exc, attempts, end, after_timeout=timed_out
-            )
+            error: AsyncSearchError = exc
             reason = type(exc).__name__
         else:
             status = response.status
@@ -173,77 +170,152 @@ async def send(
                     shared.retry_budget.on_success()
                 if pressure is not None:
                     pressure.on_success()
-                return _api_response(request, response, attempts, options.api_key.get())
-            error, retry_after = _status_error(options, request, response, attempts, pressure)
+                return _api_response(call, response)
+            error, retry_after = call.status_error(response)
             if not protocol.is_retryable_status(
                 status, idempotent=idempotent, statuses=policy.statuses
             ):
                 raise error
-            delay = _retry_delay(
-                shared, options, request, error, attempts, end, retry_after=retry_after
-            )
             reason = f"status {status}"
+        delay = call.retry_delay(error, retry_after)
         logger.info(
             "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
             request.method,
             request.path,
             delay,
-            attempts,
+            call.attempts,
             policy.max_retries + 1,
             reason,
         )
-        span.retry(attempts, delay, reason)
+        span.retry(call.attempts, delay, reason)
         await _sleep(delay)
 
 
-async def _attempt(
-    shared: Shared,
-    options: Options,
-    request: Request[Any],
-    attempts: int,
-    queued: bool,
-    end: float | None,
-) -> Response:
-    """One attempt: the answer, whatever its status; an error carries ``attempts``.
+@dataclass(slots=True)
+class _Call(Generic[T]):
+    """One call under way: what ``send``'s steps share, and the attempts made so far."""
 
-    Past ``end`` (the call's deadline, in anyio's clock) it is cancelled: ``APITimeoutError``.
-    """
-    started = time.monotonic()
-    body = request.body
-    try:
-        sending = shared.transport.send(
-            request.method,
-            options.base_url + request.target,
-            headers=options.headers_without_body if body is None else options.headers_with_body,
-            body=body,
-            timeout=options.timeout,
-            max_response_bytes=options.max_response_bytes,
-            max_redirects=options.max_redirects,
-            ssl=options.ssl,
-            secret=options.api_key.get(),
-            queued=queued,
-            middlewares=options.middlewares,
-        )
-        if end is None:
-            response = await sending
-        else:
-            with anyio.CancelScope(deadline=end) as scope:
+    shared: Shared
+    options: Options
+    request: Request[T]
+    pressure: AdaptiveConcurrency | None
+    end: float | None  # the call's deadline, in anyio's clock
+    attempts: int = 0
+
+    async def attempt(self) -> Response:
+        """One attempt: the answer, whatever its status; an error carries ``attempts``.
+
+        Past ``end`` it is cancelled: ``APITimeoutError``.
+        """
+        options, request = self.options, self.request
+        started = time.monotonic()
+        body = request.body
+        headers = options.headers_without_body if body is None else options.headers_with_body
+        try:
+            sending = self.shared.transport.send(
+                request.method,
+                options.base_url + request.target,
+                headers=headers,
+                body=body,
+                timeout=options.timeout,
+                max_response_bytes=options.max_response_bytes,
+                max_redirects=options.max_redirects,
+                ssl=options.ssl,
+                secret=options.api_key.get(),
+                queued=self.pressure is not None,
+                middlewares=options.middlewares,
+            )
+            if self.end is None:
                 response = await sending
-            if scope.cancelled_caught:
-                exc = APITimeoutError(
-                    f"the call ran past its deadline of {options.deadline:g}s during attempt "
-                    f"{attempts}"
-                )
-                exc.retryable = False  # the deadline has passed: no attempt may follow
-                raise exc
-    except AsyncSearchError as exc:
-        exc.attempts = attempts
-        if isinstance(exc, APIConnectionError):
-            _log_attempt(request, type(exc).__name__, attempts, time.monotonic() - started)
-        raise
-    if logger.isEnabledFor(logging.DEBUG):
-        _log_attempt(request, response.status, attempts, response.elapsed)
-    return response
+            else:
+                with anyio.CancelScope(deadline=self.end) as scope:
+                    response = await sending
+                if scope.cancelled_caught:
+                    exc = APITimeoutError(
+                        f"the call ran past its deadline of {options.deadline:g}s during attempt "
+                        f"{self.attempts}"
+                    )
+                    exc.retryable = False  # the deadline has passed: no attempt may follow
+                    raise exc
+        except AsyncSearchError as exc:
+            exc.attempts = self.attempts
+            if isinstance(exc, APIConnectionError):
+                _log_attempt(request, type(exc).__name__, self.attempts, time.monotonic() - started)
+            raise
+        if logger.isEnabledFor(logging.DEBUG):
+            _log_attempt(request, response.status, self.attempts, response.elapsed)
+        return response
+
+    def status_error(self, response: Response) -> tuple[APIStatusError, float | None]:
+        """The error of an answer that is not a success, and its ``Retry-After`` in seconds.
+
+        ``pressure`` is told of an overload (429, 503) and paused for a ``Retry-After`` it may wait.
+        """
+        secret = self.options.api_key.get()
+        # The error keeps the headers: without the key, should the server have echoed it.
+        headers = scrub_headers(response.headers, secret)
+        response = msgspec.structs.replace(response, headers=headers)
+        retry_after = protocol.parse_retry_after(headers)
+        pressure = self.pressure
+        if pressure is not None and response.status in (429, 503):
+            pressure.on_overload()
+            if retry_after is not None and retry_after <= self.options.retry.max_retry_after:
+                # The service asked everyone to wait, not only this call.
+                pressure.pause(retry_after)
+        error = protocol.status_error(
+            response,
+            method=self.request.method,
+            attempts=self.attempts,
+            secret=secret,
+            retry_after=retry_after,
+            reason=_redirect_reason(response),
+        )
+        return error, retry_after
+
+    def retry_delay(self, error: AsyncSearchError, retry_after: float | None) -> float:
+        """How long to wait before the next attempt after ``error``; raises it if none may follow.
+
+        The server's ``Retry-After`` is honoured up to ``max_retry_after``; past it the error is
+        raised at once. ``max_retries`` and the retry budget come next; the delay is otherwise the
+        policy's backoff. A wait that would end past ``end`` (the deadline) is not started. The
+        budget and the deadline say on the error that they stopped the retries.
+        """
+        policy = self.options.retry
+        if retry_after is not None and retry_after > policy.max_retry_after:
+            logger.info(
+                "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; "
+                "not retrying",
+                self.request.method,
+                self.request.path,
+                retry_after,
+                policy.max_retry_after,
+            )
+            raise error
+        if self.attempts > policy.max_retries:
+            raise error
+        if retry_after is not None:
+            delay = retry_after
+        else:
+            draw = self.shared.random.random if policy.jitter else lambda: 1.0
+            delay = protocol.backoff_delay(
+                self.attempts, base=policy.base, cap=policy.cap, random=draw
+            )
+        if self.end is not None and anyio.current_time() + delay >= self.end:
+            error.retries_stopped = (
+                f"the call's deadline of {self.options.deadline:g}s would pass before the next "
+                f"attempt (after a wait of {delay:.2f}s)"
+            )
+            raise error
+        budget = self.shared.retry_budget
+        timed_out = isinstance(error, APITimeoutError)
+        if budget is not None and not budget.try_acquire(after_timeout=timed_out):
+            logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
+            error.retries_stopped = (
+                f"the client's retry budget is spent ({self.attempts - 1} of max_retries="
+                f"{policy.max_retries} retries made; see RetryBudget)"
+            )
+            raise error
+        return delay
 
 
 def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed: float) -> None:
@@ -252,101 +324,12 @@ def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed:
     )
 
 
-def _status_error(
-    options: Options,
-    request: Request[Any],
-    response: Response,
-    attempts: int,
-    pressure: AdaptiveConcurrency | None,
-) -> tuple[APIStatusError, float | None]:
-    """The error of an answer that is not a success, and its ``Retry-After`` in seconds.
-
-    ``pressure`` is told of an overload (429, 503) and paused for a ``Retry-After`` it may wait.
-    """
-    secret = options.api_key.get()
-    # The error keeps the headers: without the key, should the server have echoed it.
-    response = msgspec.structs.replace(response, headers=scrub_headers(response.headers, secret))
-    retry_after = protocol.parse_retry_after(response.headers)
-    if pressure is not None and response.status in (429, 503):
-        pressure.on_overload()
-        if retry_after is not None and retry_after <= options.retry.max_retry_after:
-            # The service asked everyone to wait, not only this call.
-            pressure.pause(retry_after)
-    error = protocol.status_error(
-        response,
-        method=request.method,
-        attempts=attempts,
-        secret=secret,
-        retry_after=retry_after,
-        reason=_redirect_reason(response),
-    )
-    return error, retry_after
-
-
-def _retry_delay(
-    shared: Shared,
-    options: Options,
-    request: Request[Any],
-    error: AsyncSearchError,
-    attempts: int,
-    end: float | None,
-    *,
-    after_timeout: bool = False,
-    retry_after: float | None = None,
-) -> float:
-    """How long to wait before the next attempt after ``error``; raises it if none may follow.
-
-    The server's ``Retry-After`` is honoured up to ``max_retry_after``; past it the error is
-    raised at once. ``max_retries`` and the retry budget come next; the delay is otherwise the
-    policy's backoff. A wait that would end past ``end`` (the deadline) is not started. The
-    budget and the deadline say on the error that they stopped the retries.
-    """
-    policy = options.retry
-    if retry_after is not None and retry_after > policy.max_retry_after:
-        logger.info(
-            "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; not retrying",
-            request.method,
-            request.path,
-            retry_after,
-            policy.max_retry_after,
-        )
-        raise error
-    max_retries = policy.max_retries
-    if attempts > max_retries:
-        raise error
-    if retry_after is not None:
-        delay = retry_after
-    else:
-        draw = shared.random.random if policy.jitter else _no_jitter
-        delay = protocol.backoff_delay(attempts, base=policy.base, cap=policy.cap, random=draw)
-    if end is not None and anyio.current_time() + delay >= end:
-        error.retries_stopped = (
-            f"the call's deadline of {options.deadline:g}s would pass before the next attempt "
-            f"(after a wait of {delay:.2f}s)"
-        )
-        raise error
-    budget = shared.retry_budget
-    if budget is not None and not budget.try_acquire(after_timeout=after_timeout):
-        logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
-        error.retries_stopped = (
-            f"the client's retry budget is spent ({attempts - 1} of max_retries="
-            f"{max_retries} retries made; see RetryBudget)"
-        )
-        raise error
-    return delay
-
-
-def _no_jitter() -> float:
-    return 1.0
-
-
 def _redirect_reason(response: Response) -> str | None:
-    if 300 <= response.status < 400:
-        location = response.headers.get("Location")
-        if location is None:
-            return "a redirect without a Location header"
-        return (
-            "a redirect to another origin was not followed: only same-origin redirects are "
-            "followed, so the API key is never sent anywhere else"
-        )
-    return None
+    if not 300 <= response.status < 400:
+        return None
+    if response.headers.get("Location") is None:
+        return "a redirect without a Location header"
+    return (
+        "a redirect to another origin was not followed: only same-origin redirects are "
+        "followed, so the API key is never sent anywhere else"
+    )

@@ -21,11 +21,11 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
-from types import MethodType, TracebackType
+from types import MethodType
 from typing import (
     TYPE_CHECKING,
     Any,
+    ClassVar,
     Concatenate,
     Generic,
     Literal,
@@ -34,7 +34,6 @@ from typing import (
     TypeAlias,
     TypeVar,
     Unpack,
-    cast,
     overload,
 )
 
@@ -117,7 +116,6 @@ __all__ = [
 
 T = TypeVar("T")
 P = ParamSpec("P")
-Y = TypeVar("Y")
 if TYPE_CHECKING:
     # A default (PEP 696) for checkers only: a bare ``ExtractionResult`` means either kind of id.
     from typing_extensions import TypeVar as TypeVarWithDefault
@@ -136,7 +134,6 @@ logger = logging.getLogger("asyncsearch")
 ENV_API_KEY = "ASYNCSEARCH_API_KEY"
 ENV_BASE_URL = "ASYNCSEARCH_BASE_URL"
 WAIT_INTERVAL_CAP = 10.0
-_SEARCH_OPTIONS = SEARCH_OPTIONS
 #: ``ASYNCSEARCH_LOG=debug`` (or ``info``, ``warning``, ``error``, ``critical``: the standard
 #: level names, in any case): a quick look at what the client does, on stderr.
 ENV_LOG = "ASYNCSEARCH_LOG"
@@ -149,26 +146,20 @@ def _setup_logging() -> None:
     (the application configured it).
     """
     value = os.environ.get(ENV_LOG, "").strip()
-    if not value:
-        return
     names = logging.getLevelNamesMapping()
-    level = names.get(value.upper())
-    if level is None or level == logging.NOTSET:
+    level = names.get(value.upper(), logging.NOTSET)
+    if value and level == logging.NOTSET:
         choices = ", ".join(sorted(name.lower() for name in names if name != "NOTSET"))
-        logging.getLogger("asyncsearch").warning(
-            "%s=%r is not a level name (%s); asyncsearch's logging is left as it is",
-            ENV_LOG,
-            value,
-            choices,
-        )
-        return
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(
-            logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s")
-        )
-        logger.addHandler(handler)
-    logger.setLevel(level)
+        message = "%s=%r is not a level name (%s); asyncsearch's logging is left as it is"
+        logger.warning(message, ENV_LOG, value, choices)
+    elif level != logging.NOTSET:
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(
+                logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s")
+            )
+            logger.addHandler(handler)
+        logger.setLevel(level)
 
 
 _setup_logging()
@@ -182,23 +173,22 @@ class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
 
 
-def _call_options(
-    opts: Options, options: Mapping[str, Any], function: str, *, search: bool = False
-) -> Options | None:
-    """One call's options (``RequestOptions``) over the client's; None when none were given."""
-    if not options:
-        return None
-    allowed = SEARCH_OPTIONS if search else REQUEST_OPTIONS
-    return opts.merge(options, function=function, allowed=allowed, error=InvalidRequestError)
+#: The walk of ``search_pages``/``search_hits``: their ``start_page``, ``max_pages``,
+#: ``max_items``, ``prefetch``, ``dedupe`` and ``embeddings``.
+_Walk: TypeAlias = tuple[int | None, int | None, int | None, bool, bool, bool]
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared(Generic[T]):
+def _split(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A search's keywords: the call's options (``SearchOptions``), and the search's own."""
+    options = {k: v for k, v in params.items() if k in SEARCH_OPTIONS}
+    return options, {k: v for k, v in params.items() if k not in SEARCH_OPTIONS}
+
+
+class _Prepared(msgspec.Struct, Generic[T], frozen=True):
     """One endpoint call ready to go: its request, the call's options, its span's attributes."""
 
     request: Request[T]
     options: Mapping[str, Any]
-    search: bool = False
     attributes: Mapping[str, Any] | None = None
 
 
@@ -211,17 +201,15 @@ class _Endpoint(Generic[P, T]):
     """
 
     def __init__(self, prepare: Callable[Concatenate[AsyncSearchClient, P], _Prepared[T]]) -> None:
-        self.parsed = _endpoint_method(prepare, raw=False)
-        self.raw = _endpoint_method(prepare, raw=True)
-        # Read on the class, it stands for the plain method (help(), inspect, an unbound call).
+        self.parsed, self.raw = (_endpoint_method(prepare, raw=raw) for raw in (False, True))
+        # Read on the class, it stands for the plain method (help(), inspect, an unbound call);
+        # its __signature__ comes with the plain method's __dict__.
         functools.update_wrapper(self, self.parsed)
-        self.__signature__ = inspect.signature(self.parsed)
 
     def __call__(
         self, client: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs
     ) -> Coroutine[Any, Any, T]:
-        result: Coroutine[Any, Any, T] = self.parsed(client, *args, **kwargs)
-        return result
+        return self.parsed(client, *args, **kwargs)
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
@@ -252,8 +240,24 @@ def _endpoint_method(
     Its signature is ``prepare``'s, returning the model (``APIResponse`` of it if ``raw``).
     """
 
+    name = prepare.__name__
+    search = name == "search"
+
     async def method(client: AsyncSearchClient, /, *args: Any, **kwargs: Any) -> Any:
-        return await client._answer(prepare.__name__, prepare(client, *args, **kwargs), raw=raw)
+        # Sent under the call's span: its APIResponse if raw, else parsed.
+        prepared = prepare(client, *args, **kwargs)
+        call = client._call(name, prepared.options, SEARCH_OPTIONS if search else REQUEST_OPTIONS)
+        request = call.apply(prepared.request)
+        with client._options.tracer.call(name, request, attributes=prepared.attributes) as span:
+            response = await client._send(call, request, span)
+            span.answered(response)
+            if search and span is not NO_SPAN:
+                try:  # decoded once: parse() gives this page again
+                    span.set("asyncsearch.search.hits", len(response.parse().hits))
+                except ResponseValidationError:
+                    if not raw:  # a bad body is the raw caller's, when it parses
+                        raise
+            return response if raw else response.parse()
 
     functools.update_wrapper(method, prepare)
     signature = inspect.signature(prepare)
@@ -266,45 +270,31 @@ def _endpoint_method(
 class ExtractionSuccess(msgspec.Struct, Generic[JobId], frozen=True, gc=False):
     """A job fetched by a bulk call: ``job_id`` exactly as given, and its ``job``.
 
-    A frozen msgspec Struct, not tracked by the cyclic GC (it holds an id and an acyclic job):
-    ``gather_extractions`` keeps one per id until it returns, and a tracked object per id cost
-    ~5 µs per id in collections.
+    ``error`` is always None and ``ok`` always True (``result.ok is True`` narrows an
+    ``ExtractionResult`` to this class). A frozen msgspec Struct, not tracked by the cyclic GC
+    (it holds an id and an acyclic job): ``gather_extractions`` keeps one per id until it
+    returns, and a tracked object per id cost ~5 µs per id in collections.
     """
 
     job_id: JobId
     job: ExtractionJob
-
-    @property
-    def error(self) -> None:
-        """Always None: the job was fetched."""
-        return None
-
-    @property
-    def ok(self) -> Literal[True]:
-        """Always True; ``result.ok is True`` narrows an ``ExtractionResult`` to this class."""
-        return True
+    ok: ClassVar[Literal[True]] = True
+    error: ClassVar[None] = None
 
 
 class ExtractionFailure(msgspec.Struct, Generic[JobId], frozen=True):
     """A job a bulk call could not fetch: ``job_id`` exactly as given, and the ``error``.
 
     ``error`` is the ``AsyncSearchError`` that prevented it (``NotFoundError``, an exhausted
-    retry, a bad body, an invalid id). A frozen msgspec Struct like ``ExtractionSuccess``, but
-    tracked by the cyclic GC: an error's traceback can lead back to it.
+    retry, a bad body, an invalid id); ``job`` is always None and ``ok`` always False. A frozen
+    msgspec Struct like ``ExtractionSuccess``, but tracked by the cyclic GC: an error's
+    traceback can lead back to it.
     """
 
     job_id: JobId
     error: AsyncSearchError
-
-    @property
-    def job(self) -> None:
-        """Always None: the job was not fetched."""
-        return None
-
-    @property
-    def ok(self) -> Literal[False]:
-        """Always False."""
-        return False
+    ok: ClassVar[Literal[False]] = False
+    job: ClassVar[None] = None
 
 
 if TYPE_CHECKING:
@@ -361,12 +351,21 @@ class ExtractionResults(AsyncClosing, Generic[JobId]):
     async def __anext__(self) -> ExtractionResult[JobId]:
         try:
             return _result_of(await self._outcomes.__anext__())
-        except StopAsyncIteration:
-            self._span.end()
-            raise
         except BaseException as exc:
-            self._span.end(exc)  # the fan-out ends with whatever escapes it
+            # The fan-out ends with whatever escapes it; at its end, without an error.
+            self._span.end(None if isinstance(exc, StopAsyncIteration) else exc)
             raise
+
+    async def _gather(self) -> list[ExtractionResult[JobId]]:
+        """Every result, in input order, put at its index by the fan-out itself (``FanOut``)."""
+        try:
+            async with self._outcomes as outcomes:
+                results = await outcomes._gather(_result_of)
+        except BaseException as exc:
+            self._span.end(exc)
+            raise
+        self._span.end()
+        return results
 
     async def aclose(self) -> None:
         """Stop: cancel the calls in flight and wait for them; calling it again does nothing."""
@@ -393,14 +392,11 @@ def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[I
 
 def _not_sent(refused: APIStatusError) -> APIStatusError:
     """The error of an id a bulk call did not send after ``refused`` (a 401 or 403) came."""
-    error = type(refused)(
-        f"not sent: the service refused an earlier request of this bulk call ({refused.message})",
-        status_code=refused.status_code,
-        headers=refused.headers,
-        body=refused.body,
-        method=refused.method,
-        url=refused.url,
+    message = (
+        f"not sent: the service refused an earlier request of this bulk call ({refused.message})"
     )
+    same = ("status_code", "headers", "body", "method", "url")
+    error = type(refused)(message, **{name: getattr(refused, name) for name in same})
     error.__cause__ = refused
     return error
 
@@ -424,7 +420,7 @@ _SESSION_MIDDLEWARES = (
 )
 
 
-class AsyncSearchClient:
+class AsyncSearchClient(AsyncClosing):
     """An async client of the content search and extraction service.
 
     Use it as ``async with AsyncSearchClient(...) as client:`` (or call ``await client.aclose()``).
@@ -434,12 +430,11 @@ class AsyncSearchClient:
         api_key: sent as ``X-Api-Key``; defaults to env ``ASYNCSEARCH_API_KEY``.
         base_url: the service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
         base_id: sends ``X-Service-Base-Id`` to run against that base.
-        timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or a number of seconds
-            (the total, capping the others); ``None`` turns every limit off; not given: the
-            default ``Timeout()``.
+        timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or seconds (the total,
+            capping the others); ``None`` turns every limit off; not given: ``Timeout()``.
         retry: the ``RetryPolicy``: which failures are retried, how often, and the waits; the
             default retries connection errors, timeouts, 408, 429 and 5xx twice.
-        max_retries: shorthand for ``retry``'s ``max_retries`` (over ``retry``'s).
+        max_retries, max_retry_after, retry_search: shorthands for those of ``retry`` (over it).
         deadline: seconds a call may take in all, attempts and the waits between them (an
             attempt cut short raises ``APITimeoutError``; a retry whose wait would end past it
             is not made); ``None``: no bound but each attempt's ``timeout``.
@@ -453,21 +448,18 @@ class AsyncSearchClient:
         trust_env: take proxies and netrc from the environment, as aiohttp does.
         max_response_bytes: cap on a decoded body; past it ``ResponseTooLargeError``.
         allow_http: allow a plain ``http://`` base URL to a host that is not loopback.
-        max_retry_after: shorthand for ``retry``'s ``max_retry_after``.
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
         first_page: the number of the first page, used by the page iterators.
-        retry_search: shorthand for ``retry``'s ``retry_search``.
-        tracing: make OpenTelemetry spans when ``opentelemetry-api`` is importable (the
-            ``otel`` extra); with no SDK configured they cost next to nothing.
+        tracing: OpenTelemetry spans when ``opentelemetry-api`` is importable (``otel`` extra);
+            with no SDK configured they cost next to nothing.
         trace_content: put the query text, image, request body and URL query on spans; not
             given: env ``ASYNCSEARCH_TRACE_CONTENT`` (``1``, ``true``, ``yes``), else off.
 
     Every endpoint method, pager and bulk helper also takes ``RequestOptions`` for one call:
     ``timeout``, ``retry``, ``max_retries``, ``deadline``, ``middlewares``, ``extra_headers``,
-    ``extra_query`` (and ``extra_body`` on searches).
-
-    Raises ``ConfigurationError`` for a missing key or URL and for invalid options.
+    ``extra_query`` (and ``extra_body`` on searches). Raises ``ConfigurationError`` for a
+    missing key or URL and for invalid options.
     """
 
     def __init__(
@@ -500,8 +492,7 @@ class AsyncSearchClient:
             api_key = os.environ.get(ENV_API_KEY)
             if not api_key:
                 raise ConfigurationError(f"api_key is missing: pass api_key= or set {ENV_API_KEY}")
-        if base_url is None:
-            base_url = os.environ.get(ENV_BASE_URL)
+        base_url = os.environ.get(ENV_BASE_URL) if base_url is None else base_url
         check_number("max_connections", max_connections, minimum=1, integer=True)
         if not isinstance(trust_env, bool):
             raise ConfigurationError("trust_env must be a bool")
@@ -520,17 +511,9 @@ class AsyncSearchClient:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def __aenter__(self) -> AsyncSearchClient:
+    async def __aenter__(self) -> Self:
         self._check_open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the client. The pool closes with the client that made it, not with its copies.
@@ -568,10 +551,8 @@ class AsyncSearchClient:
         if options.middlewares and not self._shared.transport.owns_session:
             raise ConfigurationError(_SESSION_MIDDLEWARES)
         child = object.__new__(AsyncSearchClient)
-        child._options = options
-        child._shared = self._shared
-        child._owns_transport = False
-        child._closed = False
+        # This client's state (open: checked above), with the pool and the budget it shares.
+        child.__dict__.update(self.__dict__, _options=options, _owns_transport=False)
         return child
 
     def __repr__(self) -> str:
@@ -584,24 +565,22 @@ class AsyncSearchClient:
 
     # -- the request loop --------------------------------------------------------------------
 
-    async def _send(
-        self,
-        request: Request[T],
-        *,
-        pressure: AdaptiveConcurrency | None = None,
-        call: Options | None = None,
-        span: CallSpan = NO_SPAN,
-    ) -> APIResponse[T]:
-        """Send a request with retries under ``call``'s options (else the client's).
-
-        ``pressure`` and ``span``: see ``_call.send``.
-        """
-        if self._closed or self._shared.transport.closed:  # self._check_open(), written out
-            raise ClientClosedError("the client is closed")
-        options = self._options if call is None else call
-        if options.middlewares and not self._shared.transport.owns_session:
+    def _call(
+        self, name: str, options: Mapping[str, Any], allowed: frozenset[str] = REQUEST_OPTIONS
+    ) -> Options:
+        """The options of one call of method ``name``: its ``options`` over the client's."""
+        self._check_open()
+        call = self._options.merge(
+            options, function=name, allowed=allowed, error=InvalidRequestError
+        )
+        if call.middlewares and not self._shared.transport.owns_session:
             raise InvalidRequestError(_SESSION_MIDDLEWARES)
-        return await send(self._shared, options, request, pressure=pressure, span=span)
+        return call
+
+    async def _send(self, call: Options, request: Request[T], span: CallSpan) -> APIResponse[T]:
+        """Send ``request`` with retries under ``call``'s options (see ``_call.send``)."""
+        self._check_open()
+        return await send(self._shared, call, request, span)
 
     # -- endpoints ---------------------------------------------------------------------------
 
@@ -618,23 +597,6 @@ class AsyncSearchClient:
                 f"{name} must be >= {first}, the client's first_page, got {page}"
             )
 
-    async def _answer(self, name: str, prepared: _Prepared[T], *, raw: bool) -> Any:
-        """Send an endpoint's request under its span: its ``APIResponse`` if raw, else parsed."""
-        request = prepared.request
-        call = _call_options(self._options, prepared.options, name, search=prepared.search)
-        if call is not None:
-            request = call.apply(request)
-        with self._options.tracer.call(name, request, attributes=prepared.attributes) as span:
-            response = await self._send(request, call=call, span=span)
-            span.answered(response)
-            if prepared.search and span is not NO_SPAN:
-                try:  # decoded once: parse() gives this page again
-                    span.set("asyncsearch.search.hits", len(response.parse().hits))  # type: ignore[attr-defined]
-                except ResponseValidationError:
-                    if not raw:  # a bad body is the raw caller's, when it parses
-                        raise
-            return response if raw else response.parse()
-
     @_Endpoint
     def search(
         self,
@@ -647,26 +609,23 @@ class AsyncSearchClient:
 
         Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
         ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``;
-        and the call's options (``SearchOptions``: ``timeout``, ``max_retries``,
-        ``extra_headers``, ``extra_query``, ``extra_body``).
-        ``filters`` and ``sort`` take the Struct or a dict with the same keys; arguments left as
-        ``None`` are not sent. Each hit decodes its embeddings on first read of
-        ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False`` drops them once the page is
-        parsed (``hit.embeddings`` is ``None``), so that the answer's bytes can be freed.
+        and the call's options (``SearchOptions``). ``filters`` and ``sort`` take the Struct or
+        a dict with the same keys; arguments left as ``None`` are not sent. Each hit decodes its
+        embeddings on first read of ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False``
+        drops them once the page is parsed (``hit.embeddings`` is ``None``), so that the
+        answer's bytes can be freed.
         Raises ``InvalidRequestError`` before sending when an argument is past the spec's
         limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
         the client's ``first_page``.
         """
-        self._check_open()
-        options = {k: v for k, v in params.items() if k in SEARCH_OPTIONS}
-        search = cast(SearchParams, {k: v for k, v in params.items() if k not in SEARCH_OPTIONS})
+        options, search = _split(params)
         page = search.get("page")
         self._check_page("page", page)
         request = protocol.search(text, **search)
         if not embeddings:
             request = protocol.without_embeddings(request)
         attributes = None if page is None else {"asyncsearch.search.page": page}
-        return _Prepared(request, options, search=True, attributes=attributes)
+        return _Prepared(request, options, attributes)
 
     @_Endpoint
     def get_extraction(
@@ -728,7 +687,7 @@ class AsyncSearchClient:
         validated now, before anything is sent.
         """
         walk = (start_page, max_pages, None, prefetch, dedupe, embeddings)
-        return self._pager(False, text, params, *walk)
+        return self._pager("search_pages", text, params, walk)
 
     def search_hits(
         self,
@@ -736,9 +695,9 @@ class AsyncSearchClient:
         *,
         start_page: int | None = None,
         max_pages: int | None = None,
+        max_items: int | None = None,
         prefetch: bool = True,
         dedupe: bool = False,
-        max_items: int | None = None,
         embeddings: bool = True,
         **params: Unpack[SearchWalkCallParams],
     ) -> SearchPager[SearchHit]:
@@ -748,53 +707,35 @@ class AsyncSearchClient:
         without fetching pages it does not need.
         """
         walk = (start_page, max_pages, max_items, prefetch, dedupe, embeddings)
-        return self._pager(True, text, params, *walk)
+        return self._pager("search_hits", text, params, walk)
 
     def _pager(
-        self,
-        items: bool,
-        text: str | None,
-        all_params: SearchWalkCallParams,
-        start_page: int | None,
-        max_pages: int | None,
-        max_items: int | None,
-        prefetch: bool,
-        dedupe: bool,
-        embeddings: bool,
+        self, function: str, text: str | None, all_params: SearchWalkCallParams, walk: _Walk
     ) -> SearchPager[Any]:
-        self._check_open()
-        function = "search_hits" if items else "search_pages"
-        options = {k: v for k, v in all_params.items() if k in _SEARCH_OPTIONS}
-        params = cast(
-            SearchWalkParams, {k: v for k, v in all_params.items() if k not in _SEARCH_OPTIONS}
-        )
+        start_page, max_pages, max_items, prefetch, dedupe, embeddings = walk
+        options, params = _split(all_params)
+        # Validates every argument now, so a bad one fails at the call, not at the first page.
+        call = self._call(function, options, SEARCH_OPTIONS)
         protocol.check_search_params(function, params, page=False)
         self._check_page("start_page", start_page)
         first = self._options.first_page if start_page is None else start_page
-        # Validates every argument now, so a bad one fails at the call, not at the first page.
-        call = _call_options(self._options, options, function, search=True)
-        if call is not None and call.body is not None and "pagination" in call.body:
+        if call.body is not None and "pagination" in call.body:
             raise InvalidRequestError(
                 f"extra_body cannot set pagination on {function}(): the pager numbers the pages "
                 "itself (pass page_size= and start_page=)"
             )
 
-        def page_request(number: int) -> Request[Any]:
-            request: Request[Any] = protocol.search(text, **params, page=number)
-            if not embeddings:
-                request = protocol.without_embeddings(request)
-            return request if call is None else call.apply(request)
-
-        async def send(request: Request[Any], span: CallSpan) -> APIResponse[Any]:
-            return await self._send(request, call=call, span=span)
+        def page_request(number: int) -> Request[SearchPage]:
+            request = protocol.search(text, **params, page=number)
+            return call.apply(request if embeddings else protocol.without_embeddings(request))
 
         page_request(first)  # the merged body passes the checks of the arguments
         tracer = self._options.tracer
         content = tracer.content and text is not None
         return SearchPager(
             page_request,
-            send,
-            items=items,
+            functools.partial(self._send, call),
+            items=function == "search_hits",
             start_page=first,
             max_pages=max_pages,
             max_items=max_items,
@@ -823,85 +764,13 @@ class AsyncSearchClient:
         the whole batch. Results come as completed, or in input order with ``ordered=True``.
         A failed job becomes a result with ``.error``: every id given comes back exactly once per
         occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
-        ``len(job_ids)`` when it has a length (a list, a tuple, a set) and ``None`` when it has
-        not (a generator, an iterator, an async iterable): ``done`` still counts every id.
-        The call's options (``RequestOptions``) apply to every request. Raises
-        ``InvalidRequestError`` at once for a single id (a ``str``, ``bytes`` or ``uuid.UUID``
-        instead of an iterable of them) and bad arguments.
+        ``len(job_ids)``, or ``None`` when it has no length (a generator, an async iterable):
+        ``done`` still counts every id. The call's options (``RequestOptions``) apply to every
+        request. Raises ``InvalidRequestError`` at once for bad arguments and a single id (a
+        ``str``, ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
-        _check_job_ids(job_ids)
-        span = LazySpan(self._options.tracer, "iter_extractions")
-        outcomes = self._extraction_fan_out(
-            job_ids,
-            concurrency=concurrency,
-            ordered=ordered,
-            format=format,
-            on_progress=on_progress,
-            call=_call_options(self._options, options, "iter_extractions"),
-            span=span,
-        )
-        return ExtractionResults(outcomes, span)
-
-    def _extraction_fan_out(
-        self,
-        job_ids: Iterable[Id] | AsyncIterable[Id],
-        *,
-        concurrency: int,
-        ordered: bool,
-        format: ExtractionFormat | None,
-        on_progress: Callable[[int, int | None], object] | None,
-        call: Options | None,
-        span: LazySpan,
-    ) -> FanOut[Id, ExtractionResult[Id]]:
-        self._check_open()
-        protocol.check_extraction_format(format)
-        check_int("concurrency", concurrency, minimum=1)
-        # The one gate of each request: more in flight than the pool has connections would
-        # only queue for the pool, and the connections it holds it takes from the pool itself.
-        transport = self._shared.transport
-        size = transport.pool_size
-        pressure = AdaptiveConcurrency(min(concurrency, size or concurrency), pool=transport.pool)
-        # The 401 or 403 that stops the call: every id would get the same answer, so once one
-        # comes, nothing more is sent and every id not sent yet gets the error too.
-        refused: list[APIStatusError] = []
-
-        counts = span.totals  # set on the call's span when it ends
-        counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
-
-        async def fetch(job_id: Id) -> ExtractionResult[Id]:
-            counts["asyncsearch.bulk.ids"] += 1
-            if refused:
-                counts["asyncsearch.bulk.failed"] += 1
-                return ExtractionFailure(job_id=job_id, error=_not_sent(refused[0]))
-            try:
-                request = protocol.get_extraction(job_id, format=format)
-                if call is not None:
-                    request = call.apply(request)
-                with span.child("get_extraction", request) as child:
-                    response = await self._send(request, pressure=pressure, call=call, span=child)
-                    child.answered(response)
-                    job = response.parse()
-            except (AuthenticationError, PermissionDeniedError) as exc:
-                refused.append(exc)
-                counts["asyncsearch.bulk.failed"] += 1
-                return ExtractionFailure(job_id=job_id, error=exc)
-            except ClientClosedError:
-                raise  # ends the whole call (stop_on below): no error per id left
-            except AsyncSearchError as exc:
-                if self.is_closed:  # closed while this request was in flight
-                    raise ClientClosedError("the client was closed during the bulk call") from exc
-                counts["asyncsearch.bulk.failed"] += 1
-                return ExtractionFailure(job_id=job_id, error=exc)
-            return ExtractionSuccess(job_id=job_id, job=job)
-
-        return limited_fan_out(
-            fetch,
-            job_ids,
-            pressure,
-            ordered=ordered,
-            on_progress=on_progress,
-            stop_on=ClientClosedError,
-        )
+        fan = {"ordered": ordered, "on_progress": on_progress}
+        return self._bulk("iter_extractions", job_ids, concurrency, format, options, fan)
 
     async def gather_extractions(
         self,
@@ -923,24 +792,65 @@ class AsyncSearchClient:
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head),
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
         # nothing is gained by waking this task once per result as iter_extractions must.
+        fan = {"ordered": False, "on_progress": on_progress}
+        results = self._bulk("gather_extractions", job_ids, concurrency, format, options, fan)
+        return await results._gather()
+
+    def _bulk(
+        self,
+        name: str,
+        job_ids: Iterable[Id] | AsyncIterable[Id],
+        concurrency: int,
+        format: ExtractionFormat | None,
+        options: Mapping[str, Any],
+        fan: Mapping[str, Any],
+    ) -> ExtractionResults[Id]:
+        """The results of a bulk call: ``get_extraction`` of every id, under one span."""
         _check_job_ids(job_ids)
-        span = LazySpan(self._options.tracer, "gather_extractions")
-        try:
-            async with self._extraction_fan_out(
-                job_ids,
-                concurrency=concurrency,
-                ordered=False,
-                format=format,
-                on_progress=on_progress,
-                call=_call_options(self._options, options, "gather_extractions"),
-                span=span,
-            ) as outcomes:
-                results = await outcomes._gather(_result_of)
-        except BaseException as exc:
-            span.end(exc)
-            raise
-        span.end()
-        return results
+        call = self._call(name, options)
+        protocol.check_extraction_format(format)
+        check_int("concurrency", concurrency, minimum=1)
+        # The one gate of each request: more in flight than the pool has connections would
+        # only queue for the pool, and the connections it holds it takes from the pool itself.
+        transport = self._shared.transport
+        limit = min(concurrency, transport.pool_size or concurrency)
+        pressure = AdaptiveConcurrency(limit, pool=transport.pool)
+        # The 401 or 403 that stops the call: every id would get the same answer, so once one
+        # comes, nothing more is sent and every id not sent yet gets the error too.
+        refused: list[APIStatusError] = []
+        span = LazySpan(self._options.tracer, name)
+        counts = span.totals  # set on the call's span when it ends
+        counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
+
+        async def fetch(job_id: Id) -> ExtractionResult[Id]:
+            counts["asyncsearch.bulk.ids"] += 1
+            error: AsyncSearchError
+            if refused:
+                error = _not_sent(refused[0])
+            else:
+                try:
+                    request = call.apply(protocol.get_extraction(job_id, format=format))
+                    with span.child("get_extraction", request) as child:
+                        self._check_open()
+                        response = await send(self._shared, call, request, child, pressure)
+                        child.answered(response)
+                        return ExtractionSuccess(job_id=job_id, job=response.parse())
+                except (AuthenticationError, PermissionDeniedError) as exc:
+                    refused.append(exc)
+                    error = exc
+                except ClientClosedError:
+                    raise  # ends the whole call (stop_on below): no error per id left
+                except AsyncSearchError as exc:
+                    if self.is_closed:  # closed while this request was in flight
+                        raise ClientClosedError(
+                            "the client was closed during the bulk call"
+                        ) from exc
+                    error = exc
+            counts["asyncsearch.bulk.failed"] += 1
+            return ExtractionFailure(job_id=job_id, error=error)
+
+        outcomes = limited_fan_out(fetch, job_ids, pressure, stop_on=ClientClosedError, **fan)
+        return ExtractionResults(outcomes, span)
 
     async def wait_for_extraction(
         self,
@@ -961,30 +871,27 @@ class AsyncSearchClient:
         service known to use more (``in_progress={"pending", "processing"}`` for the bundled
         emulator). ``until`` takes the states to wait for instead (``until={"processing"}``) or
         a predicate of the job (``until=lambda job: job.extraction is not None``); it cannot be
-        given with ``in_progress``. The interval
-        grows with jitter up to 10 seconds. Raises ``WaitTimeoutError`` (carrying the last job
-        seen in ``.job``) when ``max_wait`` seconds pass, including time spent in requests;
-        errors that are not retried, such as ``NotFoundError``, propagate at once. The call's
-        options (``RequestOptions``; ``timeout`` is per attempt, as everywhere) apply to every
-        poll.
+        given with ``in_progress``. The interval grows with jitter up to 10 seconds. Raises
+        ``WaitTimeoutError`` (carrying the last job seen in ``.job``) when ``max_wait`` seconds
+        pass, including time spent in requests; errors that are not retried, such as
+        ``NotFoundError``, propagate at once. The call's options (``RequestOptions``;
+        ``timeout`` is per attempt, as everywhere) apply to every poll.
         """
-        request = protocol.get_extraction(job_id)
         for name, value in (("interval", interval), ("max_wait", max_wait)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
-        call = _call_options(self._options, options, "wait_for_extraction")
-        if call is not None:
-            request = call.apply(request)
+        call = self._call("wait_for_extraction", options)
+        request = call.apply(protocol.get_extraction(job_id))
         done = _done_when(until, in_progress)
         span = LazySpan(self._options.tracer, "wait_for_extraction")
         last: ExtractionJob | None = None
         attempts = 0
         delay = float(interval)
         try:
-            with anyio.move_on_after(max_wait) as scope:
+            with anyio.move_on_after(max_wait):
                 while True:
                     with span.child("get_extraction", request) as child:
-                        response = await self._send(request, call=call, span=child)
+                        response = await self._send(call, request, child)
                         child.answered(response)
                         last = response.parse()
                     attempts += response.attempts
@@ -995,13 +902,12 @@ class AsyncSearchClient:
                         return last
                     await _call._sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
                     delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
-            assert scope.cancelled_caught
+            # Only max_wait's cancellation ends the loop without a return.
             state = last.state if last is not None else None
-            raise WaitTimeoutError(
-                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})",
-                job=last,
-                attempts=attempts,
+            message = (
+                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})"
             )
+            raise WaitTimeoutError(message, job=last, attempts=attempts)
         except BaseException as exc:
             span.end(exc)
             raise
@@ -1034,52 +940,43 @@ class RawResponseClient:
 _reported_states: set[str | None] = set()
 
 
-def _not_in_progress(job: ExtractionJob) -> bool:
-    """``wait_for_extraction``'s default: the job's state is not one known to be in progress."""
-    state = job.state
-    if state in IN_PROGRESS_JOB_STATES:
-        return False
-    if state not in _reported_states:
-        _reported_states.add(state)
-        logger.info(
-            "extraction job %s is in state %r, which asyncsearch does not know (the spec names "
-            "only 'pending'); wait_for_extraction takes it as finished (pass until= to wait "
-            "for something else)",
-            job.id,
-            state,
-        )
-    return True
-
-
-def _states(name: str, states: object) -> frozenset[str]:
-    """A non-empty collection of job states, checked."""
-    if isinstance(states, str) or not isinstance(states, Collection) or not states:
-        raise InvalidRequestError(
-            f"{name} must be a non-empty collection of job states"
-            + (" or a callable" if name == "until" else "")
-            + f", got {states!r}"
-        )
-    for state in states:
-        if not isinstance(state, str):
-            raise InvalidRequestError(f"{name} holds {state!r}, which is not a job state")
-    return frozenset(states)
-
-
 def _done_when(
     until: Callable[[ExtractionJob], bool] | Collection[str] | None,
     in_progress: Collection[str] | None,
 ) -> Callable[[ExtractionJob], bool]:
-    """``wait_for_extraction``'s test of a polled job, from its ``until`` or ``in_progress``."""
+    """``wait_for_extraction``'s test of a polled job, from its ``until`` or ``in_progress``.
+
+    By default a job is done once its state is not in ``IN_PROGRESS_JOB_STATES``; a state that
+    ends a wait so is logged the first time (asyncsearch does not know it).
+    """
     if in_progress is not None and until is not None:
         raise InvalidRequestError("pass until= or in_progress=, not both")
     if callable(until):
         return until
-    if until is None and in_progress is None:
-        return _not_in_progress
     reached = until is not None
-    states = _states("until", until) if reached else _states("in_progress", in_progress)
+    name, given = ("until", until) if reached else ("in_progress", in_progress)
+    if given is not None:
+        if isinstance(given, str) or not isinstance(given, Collection) or not given:
+            alternative = " or a callable" if reached else ""
+            raise InvalidRequestError(
+                f"{name} must be a non-empty collection of job states{alternative}, got {given!r}"
+            )
+        for state in given:
+            if not isinstance(state, str):
+                raise InvalidRequestError(f"{name} holds {state!r}, which is not a job state")
+    states = IN_PROGRESS_JOB_STATES if given is None else frozenset(given)
 
     def done(job: ExtractionJob) -> bool:
-        return (job.state in states) is reached
+        finished = (job.state in states) is reached
+        if given is None and finished and job.state not in _reported_states:
+            _reported_states.add(job.state)
+            logger.info(
+                "extraction job %s is in state %r, which asyncsearch does not know (the spec "
+                "names only 'pending'); wait_for_extraction takes it as finished (pass until= "
+                "to wait for something else)",
+                job.id,
+                job.state,
+            )
+        return finished
 
     return done
