@@ -10,18 +10,17 @@ the bulk methods (``fan_out``, ``FanOut``, ``Outcome``) is in ``asyncsearch.conc
 
 from __future__ import annotations
 
+from ._call import APIResponse
 from ._client import (
-    APIResponse,
     AsyncSearchClient,
     ExtractionFailure,
     ExtractionResult,
     ExtractionResults,
     ExtractionSuccess,
-    OptionChanges,
     RawResponseClient,
 )
 from ._concurrency import RetryBudget
-from ._config import RequestOptions, RetryPolicy, SearchOptions, Timeout
+from ._config import OptionChanges, RequestOptions, RetryPolicy, SearchOptions, Timeout
 from ._errors import (
     APIConnectionError,
     APIStatusError,

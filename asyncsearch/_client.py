@@ -101,19 +101,6 @@ from ._transport import USER_AGENT, Transport
 if TYPE_CHECKING:
     import aiohttp  # only for annotations: _transport.py is the one module that uses aiohttp
 
-__all__ = [
-    "APIResponse",
-    "AsyncSearchClient",
-    "ExtractionFailure",
-    "ExtractionResult",
-    "ExtractionResults",
-    "ExtractionSuccess",
-    "OptionChanges",
-    "RawResponseClient",
-    "SearchCallParams",
-    "SearchWalkCallParams",
-]
-
 T = TypeVar("T")
 P = ParamSpec("P")
 if TYPE_CHECKING:
