@@ -30,11 +30,10 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
-    Iterator,
     Sized,
 )
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Any, Generic, Self, TypeVar
 
 import anyio
 import msgspec
@@ -232,17 +231,14 @@ def limited_fan_out(
     stops = stop_on if isinstance(stop_on, tuple) else (stop_on,)
     if not all(isinstance(kind, type) and issubclass(kind, Exception) for kind in stops):
         raise InvalidRequestError("stop_on must be an exception type or a tuple of them")
-    total = len(items) if isinstance(items, Sized) else None
-    run = _FanOutRun(
-        func,
-        items,
-        limit,
-        ordered=bool(ordered),
-        on_progress=on_progress,
-        total=total,
-        stop_on=stops,
-    )
-    return FanOut(run)
+    return FanOut(_FanOutRun(func, items, limit, bool(ordered), on_progress, stops))
+
+
+async def _async_items(items: Iterable[T]) -> AsyncIterator[T]:
+    # One way to read items of both kinds: a plain iterable is read through this (measured:
+    # well under a microsecond an item, next to the tens a call through the client costs).
+    for item in items:
+        yield item
 
 
 class _FanOutRun(Generic[T, R]):
@@ -257,31 +253,28 @@ class _FanOutRun(Generic[T, R]):
         func: Callable[[T], Awaitable[R]],
         items: Iterable[T] | AsyncIterable[T],
         limit: AdaptiveConcurrency,
-        *,
         ordered: bool,
         on_progress: Callable[[int, int | None], object] | None,
-        total: int | None,
-        stop_on: tuple[type[Exception], ...] = (),
+        stop_on: tuple[type[Exception], ...],
     ) -> None:
         self.func = func
         self.stop_on = stop_on
-        self.concurrency = limit.maximum
         self.on_progress = on_progress
-        self.total = total
+        self.total = len(items) if isinstance(items, Sized) else None
         self.ordered = ordered
         # The one gate of every call: the in-flight limit, its pause, the pool slot and the
         # bound on items started and not yet taken by the consumer (the memory bound and, in
         # ordered mode, the reorder window).
         self.limit = limit
         limit.window = limit.maximum * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
-        self.sync_source: Iterator[T] | None = None
-        self.async_source: AsyncIterator[T] | None = None
+        # Async items must not be advanced by two workers at once; plain items are read through
+        # _async_items without the lock (a bulk call's list of ids: no cost per item).
+        self.pull_lock: asyncio.Lock | None = None
         if isinstance(items, AsyncIterable):
-            self.async_source = aiter(items)
+            self.source = aiter(items)
+            self.pull_lock = asyncio.Lock()
         else:
-            self.sync_source = iter(items)
-        # An async iterator must not be advanced by two workers at once.
-        self.pull_lock = asyncio.Lock()
+            self.source = _async_items(items)
         self.changed = asyncio.Event()
         self.ready: deque[Outcome[T, R]] = deque()
         self.by_index: dict[int, Outcome[T, R]] = {}
@@ -292,25 +285,30 @@ class _FanOutRun(Generic[T, R]):
         self.source_closed = False
         self.source_error: Exception | None = None
         self.fatal: BaseException | None = None
+        self.started = False
+        self.running = False  # a consumer is in FanOut.__anext__
         self.closing = False
         self.workers: set[asyncio.Task[None]] = set()
-        # Set by FanOut._gather: every outcome goes straight to its index here instead of to a
-        # consumer woken for each one.
+        # Set by FanOut._gather: every outcome, as `keep` makes it, goes straight to its index
+        # here instead of to a consumer woken for each one.
         self.gathered: list[Any] | None = None
         self.keep: Callable[[Outcome[T, R]], Any] = _same_outcome
-        self.live = 0  # worker tasks not finished yet
         self.active = 0  # workers that entered their body and have not left it
 
-    def start(self, workers: int) -> None:
+    def start(self, *, gathered: bool = False) -> None:
+        running_loop()  # before any coroutine is made, so none is left never awaited
+        self.started = True
+        if gathered:
+            self.gathered = [None] * (self.total or 0)
+            self.limit.window = None  # every outcome is kept: no bound
+        workers = self.limit.maximum
+        if self.total is not None:
+            # No point in more workers than items; one still runs to find out the items are empty.
+            workers = max(1, min(workers, self.total))
         for _ in range(workers):
             task = asyncio.create_task(self.work(), name=FAN_OUT_WORKER_TASK)
             self.workers.add(task)
-            self.live += 1
             task.add_done_callback(self.worker_done)
-
-    @property
-    def stopping(self) -> bool:
-        return self.closing or self.fatal is not None or self.source_ended
 
     def fail(self, exc: BaseException) -> None:
         if self.fatal is None:
@@ -327,15 +325,8 @@ class _FanOutRun(Generic[T, R]):
         try:
             while not (self.closing or self.fatal is not None or self.source_ended):
                 await limit.acquire()
-                try:
-                    pulled = (
-                        self.pull_sync() if self.async_source is None else await self.pull_async()
-                    )
-                except BaseException:
-                    limit.release(taken=True)
-                    raise
+                pulled = await self.pull()
                 if pulled is None:
-                    limit.release(taken=True)
                     return
                 index, item = pulled
                 try:
@@ -355,40 +346,29 @@ class _FanOutRun(Generic[T, R]):
             if self.active == 0 and self.closing:
                 await self.close_source()
 
-    def pull_sync(self) -> tuple[int, T] | None:
-        assert self.sync_source is not None
-        if self.closing or self.fatal is not None or self.source_ended:  # self.stopping
-            return None
+    async def pull(self) -> tuple[int, T] | None:
+        """The next item and its index; or None, and the slot of the gate is given back."""
+        lock = self.pull_lock
         try:
-            item = next(self.sync_source)
-        except StopIteration:
-            self.source_ended = True
-            return None
-        except Exception as exc:
-            self.source_ended = True
-            self.source_error = exc
-            return None
-        index = self.pulled
-        self.pulled += 1
-        return index, item
-
-    async def pull_async(self) -> tuple[int, T] | None:
-        assert self.async_source is not None
-        async with self.pull_lock:
-            if self.stopping:
-                return None
+            if lock is not None:
+                await lock.acquire()
             try:
-                item = await anext(self.async_source)
-            except StopAsyncIteration:
-                self.source_ended = True
-                return None
-            except Exception as exc:
-                self.source_ended = True
+                if not (self.closing or self.fatal is not None or self.source_ended):
+                    item = await anext(self.source)
+                    self.pulled += 1
+                    return self.pulled - 1, item
+            finally:
+                if lock is not None:
+                    lock.release()
+        except Exception as exc:  # StopAsyncIteration too: the items ran out
+            self.source_ended = True
+            if not isinstance(exc, StopAsyncIteration):
                 self.source_error = exc
-                return None
-        index = self.pulled
-        self.pulled += 1
-        return index, item
+        except BaseException:
+            self.limit.release(taken=True)
+            raise
+        self.limit.release(taken=True)
+        return None
 
     def finish(self, index: int, outcome: Outcome[T, R]) -> None:
         gathered = self.gathered
@@ -414,7 +394,6 @@ class _FanOutRun(Generic[T, R]):
 
     def worker_done(self, task: asyncio.Task[None]) -> None:
         self.workers.discard(task)
-        self.live -= 1
         self.changed.set()
         if task.cancelled():
             if not self.closing:
@@ -440,11 +419,10 @@ class _FanOutRun(Generic[T, R]):
         return outcome
 
     async def close_source(self) -> None:
-        source = self.async_source
-        if source is None or self.source_ended or self.source_closed:
+        if self.source_ended or self.source_closed:
             return
         self.source_closed = True
-        aclose = getattr(source, "aclose", None)
+        aclose = getattr(self.source, "aclose", None)
         if aclose is None:
             return
         try:
@@ -458,6 +436,8 @@ class _FanOutRun(Generic[T, R]):
 
     async def shutdown(self) -> None:
         self.closing = True
+        if not self.started:
+            return  # the items were never read: they are the caller's to close
         workers = {task for task in self.workers if not task.done()}
         for task in workers:
             task.cancel()
@@ -482,55 +462,44 @@ class FanOut(AsyncClosing, Generic[T, R]):
 
     def __init__(self, run: _FanOutRun[T, R]) -> None:
         self._run = run
-        self._started = False
-        self._finished = False
-        self._running = False
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Outcome[T, R]:
-        if self._finished:
-            raise StopAsyncIteration
-        if self._running:
-            raise RuntimeError("this fan-out is already being iterated by another task")
         run = self._run
-        if not self._started:
-            self._start()
-        self._running = True
+        if run.closing:
+            raise StopAsyncIteration
+        if run.running:
+            raise RuntimeError("this fan-out is already being iterated by another task")
+        if not run.started:
+            run.start()
+        run.running = True
         try:
             while True:
-                if self._finished:  # closed by aclose() from another task
+                if run.closing:  # closed by aclose() from another task
                     raise StopAsyncIteration
                 if run.fatal is not None:
-                    await self._finish()
+                    await run.shutdown()
                     raise run.fatal
                 outcome = run.take()
                 if outcome is not None:
                     return outcome
-                if run.live == 0:
-                    await self._finish()
+                if not run.workers:
+                    await run.shutdown()
                     if run.source_error is not None:
                         raise run.source_error
                     raise StopAsyncIteration
-                await self._wait_for_change(run)
+                run.changed.clear()
+                try:
+                    await run.changed.wait()
+                except BaseException:
+                    await run.shutdown()  # the caller was cancelled: the fan-out ends with it
+                    raise
         finally:
-            self._running = False
+            run.running = False
 
-    async def _wait_for_change(self, run: _FanOutRun[T, R]) -> None:
-        run.changed.clear()
-        try:
-            await run.changed.wait()
-        except BaseException:
-            # The caller was cancelled: the fan-out ends with it.
-            await self._finish()
-            raise
-
-    @overload
-    async def _gather(self) -> list[Outcome[T, R]]: ...
-    @overload
-    async def _gather(self, keep: Callable[[Outcome[T, R]], V]) -> list[V]: ...
-    async def _gather(self, keep: Callable[[Outcome[T, R]], Any] | None = None) -> list[Any]:
+    async def _gather(self, keep: Callable[[Outcome[T, R]], V] = _same_outcome) -> list[V]:
         """Run the whole fan-out and return every outcome in the order of the items.
 
         With ``keep``, ``keep(outcome)`` is kept and returned for each item instead of the
@@ -541,62 +510,29 @@ class FanOut(AsyncClosing, Generic[T, R]):
         bound on unconsumed outcomes (they are all kept). Raises what iterating would raise,
         after stopping the fan-out: a fatal error, the items' own error, a cancellation.
         """
-        if self._finished or self._started:
-            raise RuntimeError("_gather() needs a fan-out that has not started")
-        self._running = True
-        try:
-            run = self._run
-            self._start(gathered=True)
-            if keep is not None:
-                run.keep = keep
-            while True:
-                if run.fatal is not None:
-                    await self._finish()
-                    raise run.fatal
-                if run.live == 0:
-                    break
-                await self._wait_for_change(run)
-                if self._finished:  # closed by aclose() from another task
-                    raise RuntimeError("the fan-out was closed while it was being gathered")
-            await self._finish()
-            if run.source_error is not None:
-                raise run.source_error
-            gathered = run.gathered
-            assert gathered is not None
-            del gathered[run.pulled :]  # the spare room of the last doubling
-            if run.done != run.pulled:  # pragma: no cover - every item pulled is finished
-                raise RuntimeError("fan_out lost the outcome of an item (a bug in asyncsearch)")
-            return gathered
-        finally:
-            self._running = False
-
-    def _start(self, *, gathered: bool = False) -> None:
-        running_loop()  # before any coroutine is made, so none is left never awaited
         run = self._run
-        self._started = True
-        if gathered:
-            run.gathered = [None] * (run.total or 0)
-            run.limit.window = None  # every outcome is kept: no bound
-        workers = run.concurrency
-        if run.total is not None:
-            # No point in more workers than items; one still runs to find out the items are empty.
-            workers = max(1, min(workers, run.total))
-        run.start(workers)
-
-    async def _finish(self) -> None:
-        self._finished = True
-        if self._started:
-            await self._run.shutdown()
+        if run.started or run.closing:
+            raise RuntimeError("_gather() needs a fan-out that has not started")
+        run.keep = keep
+        run.start(gathered=True)
+        with contextlib.suppress(StopAsyncIteration):
+            await self.__anext__()  # hands out nothing: every outcome goes to run.gathered
+        gathered = run.gathered
+        assert gathered is not None
+        # Closed by aclose() from another task: items left unread, or calls cancelled.
+        if not run.source_ended or run.done != run.pulled:
+            raise RuntimeError("the fan-out was closed while it was being gathered")
+        del gathered[run.pulled :]  # the spare room of the last doubling
+        return gathered
 
     async def aclose(self) -> None:
         """Stop the fan-out: cancel the calls in flight and wait for them; idempotent."""
-        await self._finish()
+        await self._run.shutdown()
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the workers.
-        run = getattr(self, "_run", None)
-        if run is not None and self._started and not self._finished:
-            run.abandon()
+        if not self._run.closing:
+            self._run.abandon()
 
 
 # --------------------------------------------------------------------------------------------
