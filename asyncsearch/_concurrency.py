@@ -33,7 +33,7 @@ from collections.abc import (
     Sized,
 )
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, cast
 
 import anyio
 import msgspec
@@ -75,21 +75,14 @@ PAGER_PREFETCH_TASK = "asyncsearch.pager.prefetch"
 
 def _cancel_from_finaliser(task: asyncio.Task[Any]) -> None:
     """Cancel a task from ``__del__``, which may run on any thread and after the loop closed."""
-    if task.done():
-        return
     loop = task.get_loop()
-    if loop.is_closed():
-        return
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    # A closed loop between the check and the call is not worth a traceback from a finaliser.
-    with contextlib.suppress(RuntimeError):
-        if running is loop:
+    with contextlib.suppress(RuntimeError):  # no loop runs in this thread
+        if asyncio.get_running_loop() is loop:
             task.cancel()
-        else:
-            loop.call_soon_threadsafe(task.cancel)
+            return
+    # A loop closed by now (RuntimeError) is not worth a traceback from a finaliser.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(task.cancel)
 
 
 async def _wait_shielded(tasks: set[asyncio.Task[Any]]) -> None:
@@ -189,13 +182,9 @@ def fan_out(
     :raises InvalidRequestError: at once, before anything starts, for bad arguments.
     """
     check_int("concurrency", concurrency, minimum=1)
+    limit = AdaptiveConcurrency(concurrency)
     return limited_fan_out(
-        func,
-        items,
-        AdaptiveConcurrency(concurrency),
-        ordered=ordered,
-        on_progress=on_progress,
-        stop_on=stop_on,
+        func, items, limit, ordered=ordered, on_progress=on_progress, stop_on=stop_on
     )
 
 
@@ -281,8 +270,7 @@ class _FanOutRun(Generic[T, R]):
         self.head = 0
         self.pulled = 0
         self.done = 0
-        self.source_ended = False
-        self.source_closed = False
+        self.source_ended = False  # also once the fan-out closed them
         self.source_error: Exception | None = None
         self.fatal: BaseException | None = None
         self.started = False
@@ -419,9 +407,9 @@ class _FanOutRun(Generic[T, R]):
         return outcome
 
     async def close_source(self) -> None:
-        if self.source_ended or self.source_closed:
+        if self.source_ended:
             return
-        self.source_closed = True
+        self.source_ended = True
         aclose = getattr(self.source, "aclose", None)
         if aclose is None:
             return
@@ -467,9 +455,9 @@ class FanOut(AsyncClosing, Generic[T, R]):
         return self
 
     async def __anext__(self) -> Outcome[T, R]:
-        run = self._run
-        if run.closing:
+        if self._run.closing:
             raise StopAsyncIteration
+        run = self._run  # (after the check: mypy would take run.closing for False below)
         if run.running:
             raise RuntimeError("this fan-out is already being iterated by another task")
         if not run.started:
@@ -478,18 +466,15 @@ class FanOut(AsyncClosing, Generic[T, R]):
         try:
             while True:
                 if run.closing:  # closed by aclose() from another task
+                    if run.gathered is not None:
+                        raise RuntimeError("the fan-out was closed while it was being gathered")
                     raise StopAsyncIteration
-                if run.fatal is not None:
-                    await run.shutdown()
-                    raise run.fatal
-                outcome = run.take()
+                outcome = None if run.fatal is not None else run.take()
                 if outcome is not None:
                     return outcome
-                if not run.workers:
+                if run.fatal is not None or not run.workers:
                     await run.shutdown()
-                    if run.source_error is not None:
-                        raise run.source_error
-                    raise StopAsyncIteration
+                    raise run.fatal or run.source_error or StopAsyncIteration()
                 run.changed.clear()
                 try:
                     await run.changed.wait()
@@ -517,11 +502,7 @@ class FanOut(AsyncClosing, Generic[T, R]):
         run.start(gathered=True)
         with contextlib.suppress(StopAsyncIteration):
             await self.__anext__()  # hands out nothing: every outcome goes to run.gathered
-        gathered = run.gathered
-        assert gathered is not None
-        # Closed by aclose() from another task: items left unread, or calls cancelled.
-        if not run.source_ended or run.done != run.pulled:
-            raise RuntimeError("the fan-out was closed while it was being gathered")
+        gathered = cast(list[V], run.gathered)
         del gathered[run.pulled :]  # the spare room of the last doubling
         return gathered
 
@@ -572,34 +553,19 @@ class AdaptiveConcurrency:
     ) -> None:
         check_int("maximum", maximum, minimum=1, error=ConfigurationError)
         check_int("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
-        self._maximum = maximum
+        self.maximum = maximum  # the highest the limit goes
         self._minimum = minimum
         self._decrease_factor = float(decrease_factor)
         self._increase_step = float(increase_step)
         self._window = float(maximum)
-        self._limit = maximum  # max(minimum, int(_window)), kept with _window: read per call
-        self._in_flight = 0
+        self.limit = maximum  # on calls in flight: int(_window), kept with it: read per call
+        self.in_flight = 0  # slots held right now
         self._paused_until = 0.0  # time.monotonic(), the clock asyncio's loop uses too
         self._ignore_signals = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._pool = pool
         self.window: int | None = None
         self._started = 0  # slots taken and not yet taken() by the consumer
-
-    @property
-    def maximum(self) -> int:
-        """The highest the limit goes."""
-        return self._maximum
-
-    @property
-    def limit(self) -> int:
-        """The current limit on calls in flight."""
-        return self._limit
-
-    @property
-    def in_flight(self) -> int:
-        """The slots held right now."""
-        return self._in_flight
 
     @property
     def paused_for(self) -> float:
@@ -610,12 +576,12 @@ class AdaptiveConcurrency:
         """Record a call the service handled: grow the limit additively."""
         if self._ignore_signals > 0:
             self._ignore_signals -= 1
-        elif self._window >= self._maximum:
+        elif self._window >= self.maximum:
             return  # the usual case in a bulk fetch: nothing to grow, nobody to wake
         before = self.limit
-        self._window = min(float(self._maximum), self._window + self._increase_step / self._window)
-        self._limit = max(self._minimum, int(self._window))
-        if self._limit > before:
+        self._window = min(float(self.maximum), self._window + self._increase_step / self._window)
+        self.limit = int(self._window)  # never below minimum: on_overload keeps _window above it
+        if self.limit > before:
             self._wake()
 
     def on_overload(self) -> None:
@@ -623,11 +589,9 @@ class AdaptiveConcurrency:
         if self._ignore_signals > 0:
             self._ignore_signals -= 1
             return
-        old_limit = self.limit
-        generation = self._in_flight if self._in_flight > 0 else old_limit
+        self._ignore_signals = (self.in_flight or self.limit) - 1
         self._window = max(float(self._minimum), self._window * self._decrease_factor)
-        self._limit = max(self._minimum, int(self._window))
-        self._ignore_signals = generation - 1
+        self.limit = int(self._window)
 
     def pause(self, seconds: float) -> None:
         """Hold back new calls for ``seconds`` from now; calls already in flight are not touched.
@@ -635,11 +599,8 @@ class AdaptiveConcurrency:
         A longer pause extends the current one, a shorter one never shortens it. A value that is
         not positive does nothing.
         """
-        if not seconds > 0:
-            return
-        until = time.monotonic() + seconds
-        if until > self._paused_until:
-            self._paused_until = until
+        if seconds > 0:
+            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
@@ -653,10 +614,14 @@ class AdaptiveConcurrency:
                 continue
             # First come, first served: a newcomer does not take a slot from those in line.
             if self._free() > 0 and (woken or not self._waiters):
-                self._in_flight += 1
+                self.in_flight += 1
                 self._started += 1
                 if self._pool is not None:
-                    await self._take_connection(self._pool)
+                    try:
+                        await self._pool.acquire()  # without suspending when a connection is free
+                    except BaseException:
+                        self.release(taken=True, pool=False)
+                        raise
                 return
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
@@ -672,21 +637,12 @@ class AdaptiveConcurrency:
                         self._waiters.remove(waiter)
                 raise
 
-    async def _take_connection(self, pool: asyncio.Semaphore) -> None:
-        try:
-            await pool.acquire()  # without suspending when a connection is free
-        except BaseException:
-            self._in_flight -= 1
-            self._started -= 1
-            self._wake()
-            raise
-
-    def release(self, *, taken: bool = False) -> None:
+    def release(self, *, taken: bool = False, pool: bool = True) -> None:
         """Give back a slot taken by ``acquire()``; ``taken``: its outcome needs no room."""
-        if self._in_flight <= 0:
+        if self.in_flight <= 0:
             raise RuntimeError("release() called more often than acquire()")
-        self._in_flight -= 1
-        if self._pool is not None:
+        self.in_flight -= 1
+        if pool and self._pool is not None:
             self._pool.release()
         if taken:
             self._started -= 1
@@ -700,7 +656,7 @@ class AdaptiveConcurrency:
             self._wake()
 
     def _free(self) -> int:
-        free = self._limit - self._in_flight
+        free = self.limit - self.in_flight
         if self.window is not None:
             free = min(free, self.window - self._started)
         return free
