@@ -21,17 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
-from collections.abc import (
-    AsyncIterable,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterable,
-    Sized,
-)
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sized
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, cast
 
@@ -52,12 +44,7 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
-P = TypeVar("P")
-I = TypeVar("I")  # noqa: E741 - the item type of a page, next to P for the page
-Y = TypeVar("Y")
 V = TypeVar("V")
-
-_LOGGER = logging.getLogger(__name__)
 
 # How many items may be started but not yet handed to the consumer, as a multiple of
 # `concurrency`. Unordered: the calls in flight plus as many finished outcomes waiting. Ordered:
@@ -629,12 +616,9 @@ class AdaptiveConcurrency:
                 await waiter
                 woken = True
             except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    # Woken but leaving: hand the wake-up on so that the slot is not lost.
-                    self._wake()
-                else:
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(waiter)
+                with contextlib.suppress(ValueError):  # still in line: not woken
+                    self._waiters.remove(waiter)
+                self._wake()  # woken but leaving: the wake-up is handed on, the slot not lost
                 raise
 
     def release(self, *, taken: bool = False, pool: bool = True) -> None:
@@ -662,8 +646,6 @@ class AdaptiveConcurrency:
         return free
 
     def _wake(self) -> None:
-        if not self._waiters:
-            return
         free = self._free()
         while free > 0 and self._waiters:
             waiter = self._waiters.popleft()
@@ -696,13 +678,10 @@ class RetryBudget:
         timeout_retry_cost: int = 10,
         success_refund: int = 1,
     ) -> None:
-        for name, value in (
-            ("capacity", capacity),
-            ("retry_cost", retry_cost),
-            ("timeout_retry_cost", timeout_retry_cost),
-            ("success_refund", success_refund),
-        ):
-            check_int(name, value, minimum=0, error=ConfigurationError)
+        check_int("capacity", capacity, minimum=0, error=ConfigurationError)
+        check_int("retry_cost", retry_cost, minimum=0, error=ConfigurationError)
+        check_int("timeout_retry_cost", timeout_retry_cost, minimum=0, error=ConfigurationError)
+        check_int("success_refund", success_refund, minimum=0, error=ConfigurationError)
         self._capacity = capacity
         self._retry_cost = retry_cost
         self._timeout_retry_cost = timeout_retry_cost
