@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sized
@@ -245,12 +246,8 @@ class _FanOutRun(Generic[T, R]):
         limit.window = limit.maximum * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
         # Async items must not be advanced by two workers at once; plain items are read through
         # _async_items without the lock (a bulk call's list of ids: no cost per item).
-        self.pull_lock: asyncio.Lock | None = None
-        if isinstance(items, AsyncIterable):
-            self.source = aiter(items)
-            self.pull_lock = asyncio.Lock()
-        else:
-            self.source = _async_items(items)
+        self.source = aiter(items) if isinstance(items, AsyncIterable) else _async_items(items)
+        self.pull_lock = asyncio.Lock() if isinstance(items, AsyncIterable) else None
         self.changed = asyncio.Event()
         self.ready: deque[Outcome[T, R]] = deque()
         self.by_index: dict[int, Outcome[T, R]] = {}
@@ -275,7 +272,7 @@ class _FanOutRun(Generic[T, R]):
         self.started = True
         if gathered:
             self.gathered = [None] * (self.total or 0)
-            self.limit.window = None  # every outcome is kept: no bound
+            self.limit.window = sys.maxsize  # every outcome is kept: no bound
         workers = self.limit.maximum
         if self.total is not None:
             # No point in more workers than items; one still runs to find out the items are empty.
@@ -383,22 +380,18 @@ class _FanOutRun(Generic[T, R]):
     def take(self) -> Outcome[T, R] | None:
         if self.ordered:
             outcome = self.by_index.pop(self.head, None)
-            if outcome is None:
-                return None
-            self.head += 1
         else:
-            if not self.ready:
-                return None
-            outcome = self.ready.popleft()
-        self.limit.taken()
+            outcome = self.ready.popleft() if self.ready else None
+        if outcome is not None:
+            self.head += 1  # the index due next, in order (unused otherwise)
+            self.limit.taken()
         return outcome
 
     async def close_source(self) -> None:
         if self.source_ended:
             return
         self.source_ended = True
-        aclose = getattr(self.source, "aclose", None)
-        if aclose is None:
+        if (aclose := getattr(self.source, "aclose", None)) is None:
             return
         try:
             await aclose()
@@ -421,11 +414,6 @@ class _FanOutRun(Generic[T, R]):
         self.ready.clear()
         self.by_index.clear()
         self.changed.set()  # wakes an __anext__ waiting in another task
-
-    def abandon(self) -> None:
-        self.closing = True
-        for task in list(self.workers):
-            _cancel_from_finaliser(task)
 
 
 class FanOut(AsyncClosing, Generic[T, R]):
@@ -460,14 +448,13 @@ class FanOut(AsyncClosing, Generic[T, R]):
                 if outcome is not None:
                     return outcome
                 if run.fatal is not None or not run.workers:
-                    await run.shutdown()
                     raise run.fatal or run.source_error or StopAsyncIteration()
                 run.changed.clear()
-                try:
-                    await run.changed.wait()
-                except BaseException:
-                    await run.shutdown()  # the caller was cancelled: the fan-out ends with it
-                    raise
+                await run.changed.wait()
+        except BaseException:
+            # Whatever escapes ends the fan-out: its end, an error, the caller's cancellation.
+            await run.shutdown()
+            raise
         finally:
             run.running = False
 
@@ -499,8 +486,11 @@ class FanOut(AsyncClosing, Generic[T, R]):
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the workers.
-        if not self._run.closing:
-            self._run.abandon()
+        run = self._run
+        if not run.closing:
+            run.closing = True
+            for task in list(run.workers):
+                _cancel_from_finaliser(task)
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,9 +511,9 @@ class AdaptiveConcurrency:
     ``pause(seconds)`` holds back all new calls until then. Use it from one event loop only.
 
     It is also the rest of a fan-out's gate, so that a call waits at one place only: ``window``
-    bounds the calls started and not yet ``taken()`` by the consumer (``None``: no bound), and
-    with a ``pool`` (the transport's semaphore of free connections) a slot also holds one
-    connection, taken without a time limit: a bulk call queues for its own pool.
+    bounds the calls started and not yet ``taken()`` by the consumer (``sys.maxsize``: no
+    bound), and with a ``pool`` (the transport's semaphore of free connections) a slot also
+    holds one connection, taken without a time limit: a bulk call queues for its own pool.
 
     Private machinery of the client (``maximum`` and ``minimum`` are checked; the factors are
     the caller's to get right).
@@ -551,7 +541,7 @@ class AdaptiveConcurrency:
         self._ignore_signals = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._pool = pool
-        self.window: int | None = None
+        self.window = sys.maxsize  # no bound unless a fan-out sets one
         self._started = 0  # slots taken and not yet taken() by the consumer
 
     @property
@@ -640,10 +630,7 @@ class AdaptiveConcurrency:
             self._wake()
 
     def _free(self) -> int:
-        free = self.limit - self.in_flight
-        if self.window is not None:
-            free = min(free, self.window - self._started)
-        return free
+        return min(self.limit - self.in_flight, self.window - self._started)
 
     def _wake(self) -> None:
         free = self._free()
