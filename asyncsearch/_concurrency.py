@@ -213,7 +213,7 @@ def limited_fan_out(
 
 async def _async_items(items: Iterable[T]) -> AsyncIterator[T]:
     # One way to read items of both kinds: a plain iterable is read through this (measured:
-    # well under a microsecond an item, next to the tens a call through the client costs).
+    # ~0.2 µs an item, next to the ~150 µs of CPU a call through the client costs).
     for item in items:
         yield item
 
@@ -288,8 +288,8 @@ class _FanOutRun(Generic[T, R]):
         self.changed.set()
 
     async def work(self) -> None:
-        # The per-item path is written out here rather than split into small methods: it runs
-        # once per item of what may be millions, next to a bare loop that pays for none of it.
+        # The per-item path is kept to few calls (only pull() is one of its own): it runs once
+        # per item of what may be millions, next to a bare loop that pays for none of it.
         self.active += 1
         func = self.func
         limit = self.limit
@@ -334,8 +334,7 @@ class _FanOutRun(Generic[T, R]):
                     lock.release()
         except Exception as exc:  # StopAsyncIteration too: the items ran out
             self.source_ended = True
-            if not isinstance(exc, StopAsyncIteration):
-                self.source_error = exc
+            self.source_error = None if isinstance(exc, StopAsyncIteration) else exc
         except BaseException:
             self.limit.release(taken=True)
             raise
@@ -388,10 +387,9 @@ class _FanOutRun(Generic[T, R]):
         return outcome
 
     async def close_source(self) -> None:
-        if self.source_ended:
-            return
-        self.source_ended = True
-        if (aclose := getattr(self.source, "aclose", None)) is None:
+        aclose = None if self.source_ended else getattr(self.source, "aclose", None)
+        self.source_ended = True  # closed once, by the last worker out or by shutdown()
+        if aclose is None:
             return
         try:
             await aclose()
@@ -485,12 +483,11 @@ class FanOut(AsyncClosing, Generic[T, R]):
         await self._run.shutdown()
 
     def __del__(self) -> None:
-        # A bare `break` out of `async for` leaves no other chance to stop the workers.
-        run = self._run
-        if not run.closing:
-            run.closing = True
-            for task in list(run.workers):
-                _cancel_from_finaliser(task)
+        # A bare `break` out of `async for` leaves no other chance to stop the workers (after
+        # aclose() or the end, none is left).
+        self._run.closing = True
+        for task in list(self._run.workers):
+            _cancel_from_finaliser(task)
 
 
 # --------------------------------------------------------------------------------------------
@@ -555,11 +552,9 @@ class AdaptiveConcurrency:
             self._ignore_signals -= 1
         elif self._window >= self.maximum:
             return  # the usual case in a bulk fetch: nothing to grow, nobody to wake
-        before = self.limit
         self._window = min(float(self.maximum), self._window + self._increase_step / self._window)
         self.limit = int(self._window)  # never below minimum: on_overload keeps _window above it
-        if self.limit > before:
-            self._wake()
+        self._wake()  # wakes nobody unless the limit grew: waiters wait for a slot to be free
 
     def on_overload(self) -> None:
         """Record an overload answer (429, 503): shrink the limit, once per window."""
@@ -584,8 +579,7 @@ class AdaptiveConcurrency:
         loop = running_loop()  # under trio: the typed error every call promises
         woken = False
         while True:
-            delay = self._paused_until - time.monotonic()
-            if delay > 0:
+            if (delay := self._paused_until - time.monotonic()) > 0:
                 # A pause extended meanwhile is seen when the loop checks again.
                 await asyncio.sleep(delay)
                 continue
