@@ -192,8 +192,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             return cast(Y, item)
         except BaseException as exc:
             # Whatever escapes ends the walk: the end, an error, the caller's cancellation.
-            await self._end()
-            self._span.end(None if isinstance(exc, StopAsyncIteration) else exc)
+            await self._end(None if isinstance(exc, StopAsyncIteration) else exc)
             raise
         finally:
             self._running = False
@@ -211,8 +210,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
                 if early:
                     # Sent before anything of this page is read; cancelled below if the page
                     # ends the walk after all.
-                    self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
-                    await self._head_start()
+                    await self._send_ahead(number + 1)
                 self._held = answer.content
                 # The view, to send the next request before the decode; once it is sent, or
                 # without prefetch, nothing is gained by it: one read of the body, not two.
@@ -244,8 +242,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
                 await _stop(self._pending)  # sent early for a page the walk does not need
                 self._pending = None
             elif self._prefetch and self._wants_more() and self._pending is None:
-                self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
-                await self._head_start()
+                await self._send_ahead(number + 1)
             if not kept:
                 continue
             page = answer.parse()  # the costly part, now that the next request is on the wire
@@ -336,9 +333,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
         # cancel it; and it is waited for with asyncio.wait, not `await task`, so that such a
         # cancellation reads as the end of the walk here, not as this task being cancelled.
-        task = self._pending
-        if task is None:
-            task = self._pending = self._spawn(number, concurrency.PAGER_FETCH_TASK)
+        task = self._pending = self._pending or self._spawn(number, concurrency.PAGER_FETCH_TASK)
         await asyncio.wait({task})
         self._pending = None
         if task.cancelled() and self._done:
@@ -353,31 +348,30 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         task.add_done_callback(_retrieve)
         return task
 
-    async def _head_start(self) -> None:
-        task = self._pending
+    async def _send_ahead(self, number: int) -> None:
+        """Send the request of page ``number`` now, and give it a head start (see the constant)."""
+        task = self._pending = self._spawn(number, concurrency.PAGER_PREFETCH_TASK)
         for _ in range(_PREFETCH_HEAD_START_TURNS):
-            if task is None or task.done():
+            if task.done():
                 return
             await asyncio.sleep(0)
 
-    async def _end(self) -> None:
+    async def _end(self, error: BaseException | None) -> None:
         self._done = True
         task, self._pending = self._pending, None
         self._buffer.clear()
         if task is not None:
             await _stop(task)
+        self._span.end(error)
 
     async def aclose(self) -> None:
         """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""
-        await self._end()
-        self._span.end()
+        await self._end(None)
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the prefetch.
-        # (getattr: __init__ may have raised before setting anything.)
-        task = getattr(self, "_pending", None)
-        if task is not None and not self._done:
-            concurrency._cancel_from_finaliser(task)
-        span = getattr(self, "_span", None)
-        if span is not None:
-            span.end()
+        if not hasattr(self, "_done"):
+            return  # __init__ raised before setting anything
+        if self._pending is not None and not self._done:
+            concurrency._cancel_from_finaliser(self._pending)
+        self._span.end()
