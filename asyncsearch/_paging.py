@@ -17,6 +17,7 @@ caller's loop body.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 from collections import deque
@@ -98,6 +99,12 @@ async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
         task.result()[1].end()
 
 
+def _log_cap(cap: str, value: int, resume: int | None) -> None:
+    # DEBUG, not WARNING: the caller asked for this cap.
+    message = "stopped paging at %s=%d; more results remain (resume with start_page=%s)"
+    logger.debug(message, cap, value, resume)
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     # A prefetched page that fails is raised when the caller asks for it; if the caller never
     # does (it stopped early), the error is moot and must not be logged as "never retrieved".
@@ -130,13 +137,12 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
             if cap is not None and (type(cap) is not int or cap < 1):
                 raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
-        self._page_request = page_request
-        self._send = send
+        # A function, not a method: a pending task must not keep the pager alive (see _receive).
+        self._receive = functools.partial(_receive, page_request, send, span)
         self._items = items
         self._max_pages = sys.maxsize if max_pages is None else max_pages
         self._max_items = sys.maxsize if max_items is None else max_items
         self._prefetch = bool(prefetch)
-        self._dedupe = bool(dedupe)
         self._span = span
         self._next_fetch: int | None = start_page  # the page to fetch next; None past the end
         self._resume: int | None = start_page  # see next_page
@@ -145,7 +151,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._accepted = 0  # hits taken for handing out (after dedupe and the max_items cut)
         self._cut = False  # the last page taken was cut short by max_items
         self._previous_ids: list[str] | None = None
-        self._seen: set[str] = set()
+        self._seen: set[str] | None = set() if dedupe else None  # the ids handed out
         self._stale_pages = 0
         self._buffer: deque[Any] = deque()  # what is left to hand out of the current page
         self._buffer_page = start_page
@@ -238,10 +244,11 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             self._previous_ids = ids
             self._next_fetch = number + 1 if head.has_more else None
             kept = self._kept(number, ids)  # the positions of the hits to hand out
-            if not self._wants_more() and self._pending is not None:
+            more = self._next_fetch is not None and self._room()  # another page is fetched
+            if not more and self._pending is not None:
                 await _stop(self._pending)  # sent early for a page the walk does not need
                 self._pending = None
-            elif self._prefetch and self._wants_more() and self._pending is None:
+            elif self._prefetch and more and self._pending is None:
                 await self._send_ahead(number + 1)
             if not kept:
                 continue
@@ -258,27 +265,17 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         """Whether a cap the caller asked for ends the walk before page ``number``."""
         if self._accepted >= self._max_items:
             if self._cut or number is not None:
-                # DEBUG, not WARNING: the caller asked for this cap.
-                logger.debug(
-                    "stopped paging at max_items=%d; more results remain "
-                    "(resume with start_page=%s)",
-                    self._max_items,
-                    self._resume,
-                )
+                _log_cap("max_items", self._max_items, self._resume)
             return True
         if number is None or self._pages_fetched < self._max_pages:
             return False
-        logger.debug(
-            "stopped paging at max_pages=%d; more results remain (resume with start_page=%d)",
-            self._max_pages,
-            number,
-        )
+        _log_cap("max_pages", self._max_pages, number)
         return True
 
     def _kept(self, number: int, ids: list[str]) -> list[int]:
         """Apply ``dedupe`` and ``max_items`` to a page's hit ids: the positions kept."""
         kept = list(range(len(ids)))
-        if self._dedupe:
+        if self._seen is not None:  # dedupe
             kept = []
             for position, hit_id in enumerate(ids):
                 if hit_id not in self._seen:
@@ -298,11 +295,10 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
                 self._resume = self._next_fetch
                 return kept
             self._stale_pages = 0
-        self._cut = len(kept) > self._max_items - self._accepted
-        if self._cut:
-            kept = kept[: self._max_items - self._accepted]
-        self._accepted += len(kept)
-        return kept
+        room = self._max_items - self._accepted
+        self._cut = len(kept) > room
+        self._accepted += min(len(kept), room)
+        return kept[:room]
 
     def _sends_early(self, body: bytes) -> bool:
         """Whether the next page is wanted whatever else this page holds, as far as known.
@@ -313,21 +309,16 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         size = len(self._previous_ids or ())  # this page's expected size: the last one's
         return (
             self._prefetch
-            and self._pages_fetched < self._max_pages
-            and self._accepted + size < self._max_items
+            and self._room(size)
             and (size > 0 or self._max_items == sys.maxsize)
-            and not (self._dedupe and self._stale_pages + 1 >= _MAX_STALE_PAGES)
+            and (self._seen is None or self._stale_pages + 1 < _MAX_STALE_PAGES)
             and body != self._held
             and protocol.search_page_continues(body)
         )
 
-    def _wants_more(self) -> bool:
-        """Whether the walk, as decided so far, fetches another page."""
-        return (
-            self._next_fetch is not None
-            and self._pages_fetched < self._max_pages
-            and self._accepted < self._max_items
-        )
+    def _room(self, items: int = 0) -> bool:
+        """Whether the caps leave room for another page, and for ``items`` more hits than that."""
+        return self._pages_fetched < self._max_pages and self._accepted + items < self._max_items
 
     async def _fetch(self, number: int) -> tuple[Answer, CallSpan]:
         # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
@@ -343,8 +334,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, CallSpan]]:
         # Checked before the coroutine is made, so that it is not left never awaited.
         running_loop()
-        receive = _receive(self._page_request, self._send, self._span, number)
-        task = asyncio.create_task(receive, name=name)
+        task = asyncio.create_task(self._receive(number), name=name)
         task.add_done_callback(_retrieve)
         return task
 
