@@ -17,7 +17,6 @@ caller's loop body.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import sys
 from collections import deque
@@ -50,6 +49,9 @@ _PREFETCH_HEAD_START_TURNS = 3
 # through the same pages would otherwise be fetched forever without yielding anything.
 _MAX_STALE_PAGES = 3
 
+# Said at DEBUG, not WARNING, when a cap ends the walk: the caller asked for the cap.
+_CAPPED = "stopped paging at %s=%d; more results remain (resume with start_page=%s)"
+
 
 class Answer(Protocol):
     """What the client's send gives back for one page: the body, and its full decode."""
@@ -76,20 +78,6 @@ def _read_head(answer: Answer) -> SearchPageHead:
         raise
 
 
-async def _receive(
-    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int
-) -> tuple[Answer, CallSpan]:
-    """Send the request of page ``number``; its span is left open for the page's hit count."""
-    # A function, not a method: a pending task must not keep the pager alive, or a pager
-    # dropped by a bare `break` would never be finalised and its prefetch would run on.
-    request = page_request(number)
-    with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
-        span.hold()
-        answer = await send(request, span)
-        span.answered(answer)  # type: ignore[arg-type]
-    return answer, span
-
-
 async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
     """Cancel a fetch and wait for it; the span of a page received but never read ends too."""
     if not task.done():
@@ -97,12 +85,6 @@ async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
         await concurrency._wait_shielded({task})
     if not task.cancelled() and task.exception() is None:
         task.result()[1].end()
-
-
-def _log_cap(cap: str, value: int, resume: int | None) -> None:
-    # DEBUG, not WARNING: the caller asked for this cap.
-    message = "stopped paging at %s=%d; more results remain (resume with start_page=%s)"
-    logger.debug(message, cap, value, resume)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -137,8 +119,19 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
             if cap is not None and (type(cap) is not int or cap < 1):
                 raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
-        # A function, not a method: a pending task must not keep the pager alive (see _receive).
-        self._receive = functools.partial(_receive, page_request, send, span)
+
+        async def receive(number: int) -> tuple[Answer, CallSpan]:
+            """Send the request of page ``number``; its span is left open for its hit count."""
+            # Not a method: a pending task must not keep the pager alive, or a pager dropped by
+            # a bare `break` would never be finalised and its prefetch would run on.
+            request = page_request(number)
+            with span.child("search", request, {"asyncsearch.search.page": number}) as child:
+                child.hold()
+                answer = await send(request, child)
+                child.answered(answer)  # type: ignore[arg-type]
+            return answer, child
+
+        self._receive = receive
         self._items = items
         self._max_pages = sys.maxsize if max_pages is None else max_pages
         self._max_items = sys.maxsize if max_items is None else max_items
@@ -212,16 +205,14 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             answer, span = await self._fetch(number)
             self._pages_fetched += 1
             try:
-                early = self._sends_early(answer.content)
-                if early:
+                if early := self._sends_early(answer.content):
                     # Sent before anything of this page is read; cancelled below if the page
                     # ends the walk after all.
                     await self._send_ahead(number + 1)
                 self._held = answer.content
                 # The view, to send the next request before the decode; once it is sent, or
                 # without prefetch, nothing is gained by it: one read of the body, not two.
-                view = self._prefetch and not early
-                head: Head = _read_head(answer) if view else answer.parse()
+                head: Head = _read_head(answer) if self._prefetch and not early else answer.parse()
                 span.set("asyncsearch.search.hits", len(head.hits))
             except BaseException as exc:
                 span.end(exc)
@@ -265,11 +256,11 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         """Whether a cap the caller asked for ends the walk before page ``number``."""
         if self._accepted >= self._max_items:
             if self._cut or number is not None:
-                _log_cap("max_items", self._max_items, self._resume)
+                logger.debug(_CAPPED, "max_items", self._max_items, self._resume)
             return True
         if number is None or self._pages_fetched < self._max_pages:
             return False
-        _log_cap("max_pages", self._max_pages, number)
+        logger.debug(_CAPPED, "max_pages", self._max_pages, number)
         return True
 
     def _kept(self, number: int, ids: list[str]) -> list[int]:
