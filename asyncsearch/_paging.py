@@ -64,8 +64,6 @@ class Answer(Protocol):
 
 #: What a walk decides on: a page's view, or the page (the same fields).
 Head = SearchPageHead | SearchPage
-#: Sends the request of one page under that page's span.
-Send = Callable[[Request[Any], CallSpan], Awaitable[Answer]]
 
 
 def _read_head(answer: Answer) -> SearchPageHead:
@@ -76,15 +74,6 @@ def _read_head(answer: Answer) -> SearchPageHead:
         # the key out of the body. (The view's fields are the page's: if one fails, both do.)
         answer.parse()
         raise
-
-
-async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
-    """Cancel a fetch and wait for it; the span of a page received but never read ends too."""
-    if not task.done():
-        task.cancel()
-        await concurrency._wait_shielded({task})
-    if not task.cancelled() and task.exception() is None:
-        task.result()[1].end()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -106,7 +95,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     def __init__(
         self,
         page_request: Callable[[int], Request[Any]],
-        send: Send,
+        send: Callable[[Request[Any], CallSpan], Awaitable[Answer]],  # under the page's span
         *,
         items: bool,
         start_page: int,
@@ -236,10 +225,9 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             self._next_fetch = number + 1 if head.has_more else None
             kept = self._kept(number, ids)  # the positions of the hits to hand out
             more = self._next_fetch is not None and self._room()  # another page is fetched
-            if not more and self._pending is not None:
-                await _stop(self._pending)  # sent early for a page the walk does not need
-                self._pending = None
-            elif self._prefetch and more and self._pending is None:
+            if not more:
+                await self._stop_pending()  # one sent early for a page the walk does not need
+            elif self._prefetch and self._pending is None:
                 await self._send_ahead(number + 1)
             if not kept:
                 continue
@@ -333,16 +321,22 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         """Send the request of page ``number`` now, and give it a head start (see the constant)."""
         task = self._pending = self._spawn(number, concurrency.PAGER_PREFETCH_TASK)
         for _ in range(_PREFETCH_HEAD_START_TURNS):
-            if task.done():
-                return
-            await asyncio.sleep(0)
+            if not task.done():  # no more turns once it is done
+                await asyncio.sleep(0)
+
+    async def _stop_pending(self) -> None:
+        """Cancel a pending fetch and wait for it; the span of a page received but unread ends."""
+        task, self._pending = self._pending, None
+        if task is not None and not task.done():
+            task.cancel()
+            await concurrency._wait_shielded({task})
+        if task is not None and not task.cancelled() and task.exception() is None:
+            task.result()[1].end()
 
     async def _end(self, error: BaseException | None) -> None:
         self._done = True
-        task, self._pending = self._pending, None
         self._buffer.clear()
-        if task is not None:
-            await _stop(task)
+        await self._stop_pending()
         self._span.end(error)
 
     async def aclose(self) -> None:
