@@ -133,7 +133,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._accepted = 0  # hits taken for handing out (after dedupe and the max_items cut)
         self._cut = False  # the last page taken was cut short by max_items
         self._previous_ids: list[str] | None = None
-        self._seen: set[str] | None = set() if dedupe else None  # the ids handed out
+        self._seen: set[str] | None = set() if dedupe else None  # ids taken; None: no dedupe
         self._stale_pages = 0
         self._buffer: deque[Any] = deque()  # what is left to hand out of the current page
         self._buffer_page = start_page
