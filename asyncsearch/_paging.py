@@ -49,6 +49,9 @@ _PREFETCH_HEAD_START_TURNS = 3
 # through the same pages would otherwise be fetched forever without yielding anything.
 _MAX_STALE_PAGES = 3
 
+# Said at DEBUG, not WARNING, when a cap ends the walk: the caller asked for the cap.
+_CAPPED = "stopped paging at %s=%d; more results remain (resume with start_page=%s)"
+
 
 class Answer(Protocol):
     """What the client's send gives back for one page: the body, and its full decode."""
@@ -61,8 +64,6 @@ class Answer(Protocol):
 
 #: What a walk decides on: a page's view, or the page (the same fields).
 Head = SearchPageHead | SearchPage
-#: Sends the request of one page under that page's span.
-Send = Callable[[Request[Any], CallSpan], Awaitable[Answer]]
 
 
 def _read_head(answer: Answer) -> SearchPageHead:
@@ -73,29 +74,6 @@ def _read_head(answer: Answer) -> SearchPageHead:
         # the key out of the body. (The view's fields are the page's: if one fails, both do.)
         answer.parse()
         raise
-
-
-async def _receive(
-    page_request: Callable[[int], Request[Any]], send: Send, walk: LazySpan, number: int
-) -> tuple[Answer, CallSpan]:
-    """Send the request of page ``number``; its span is left open for the page's hit count."""
-    # A function, not a method: a pending task must not keep the pager alive, or a pager
-    # dropped by a bare `break` would never be finalised and its prefetch would run on.
-    request = page_request(number)
-    with walk.child("search", request, {"asyncsearch.search.page": number}) as span:
-        span.hold()
-        answer = await send(request, span)
-        span.answered(answer)  # type: ignore[arg-type]
-    return answer, span
-
-
-async def _stop(task: asyncio.Task[tuple[Answer, CallSpan]]) -> None:
-    """Cancel a fetch and wait for it; the span of a page received but never read ends too."""
-    if not task.done():
-        task.cancel()
-        await concurrency._wait_shielded({task})
-    if not task.cancelled() and task.exception() is None:
-        task.result()[1].end()
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
@@ -117,7 +95,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     def __init__(
         self,
         page_request: Callable[[int], Request[Any]],
-        send: Send,
+        send: Callable[[Request[Any], CallSpan], Awaitable[Answer]],  # under the page's span
         *,
         items: bool,
         start_page: int,
@@ -130,13 +108,23 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
             if cap is not None and (type(cap) is not int or cap < 1):
                 raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
-        self._page_request = page_request
-        self._send = send
+
+        async def receive(number: int) -> tuple[Answer, CallSpan]:
+            """Send the request of page ``number``; its span is left open for its hit count."""
+            # Not a method: a pending task must not keep the pager alive, or a pager dropped by
+            # a bare `break` would never be finalised and its prefetch would run on.
+            request = page_request(number)
+            with span.child("search", request, {"asyncsearch.search.page": number}) as child:
+                child.hold()
+                answer = await send(request, child)
+                child.answered(answer)  # type: ignore[arg-type]
+            return answer, child
+
+        self._receive = receive
         self._items = items
         self._max_pages = sys.maxsize if max_pages is None else max_pages
         self._max_items = sys.maxsize if max_items is None else max_items
         self._prefetch = bool(prefetch)
-        self._dedupe = bool(dedupe)
         self._span = span
         self._next_fetch: int | None = start_page  # the page to fetch next; None past the end
         self._resume: int | None = start_page  # see next_page
@@ -145,7 +133,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         self._accepted = 0  # hits taken for handing out (after dedupe and the max_items cut)
         self._cut = False  # the last page taken was cut short by max_items
         self._previous_ids: list[str] | None = None
-        self._seen: set[str] = set()
+        self._seen: set[str] | None = set() if dedupe else None  # ids taken; None: no dedupe
         self._stale_pages = 0
         self._buffer: deque[Any] = deque()  # what is left to hand out of the current page
         self._buffer_page = start_page
@@ -192,8 +180,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             return cast(Y, item)
         except BaseException as exc:
             # Whatever escapes ends the walk: the end, an error, the caller's cancellation.
-            await self._end()
-            self._span.end(None if isinstance(exc, StopAsyncIteration) else exc)
+            await self._end(None if isinstance(exc, StopAsyncIteration) else exc)
             raise
         finally:
             self._running = False
@@ -207,17 +194,14 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             answer, span = await self._fetch(number)
             self._pages_fetched += 1
             try:
-                early = self._sends_early(answer.content)
-                if early:
+                if early := self._sends_early(answer.content):
                     # Sent before anything of this page is read; cancelled below if the page
                     # ends the walk after all.
-                    self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
-                    await self._head_start()
+                    await self._send_ahead(number + 1)
                 self._held = answer.content
                 # The view, to send the next request before the decode; once it is sent, or
                 # without prefetch, nothing is gained by it: one read of the body, not two.
-                view = self._prefetch and not early
-                head: Head = _read_head(answer) if view else answer.parse()
+                head: Head = _read_head(answer) if self._prefetch and not early else answer.parse()
                 span.set("asyncsearch.search.hits", len(head.hits))
             except BaseException as exc:
                 span.end(exc)
@@ -240,12 +224,11 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             self._previous_ids = ids
             self._next_fetch = number + 1 if head.has_more else None
             kept = self._kept(number, ids)  # the positions of the hits to hand out
-            if not self._wants_more() and self._pending is not None:
-                await _stop(self._pending)  # sent early for a page the walk does not need
-                self._pending = None
-            elif self._prefetch and self._wants_more() and self._pending is None:
-                self._pending = self._spawn(number + 1, concurrency.PAGER_PREFETCH_TASK)
-                await self._head_start()
+            more = self._next_fetch is not None and self._room()  # another page is fetched
+            if not more:
+                await self._stop_pending()  # one sent early for a page the walk does not need
+            elif self._prefetch and self._pending is None:
+                await self._send_ahead(number + 1)
             if not kept:
                 continue
             page = answer.parse()  # the costly part, now that the next request is on the wire
@@ -261,27 +244,17 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         """Whether a cap the caller asked for ends the walk before page ``number``."""
         if self._accepted >= self._max_items:
             if self._cut or number is not None:
-                # DEBUG, not WARNING: the caller asked for this cap.
-                logger.debug(
-                    "stopped paging at max_items=%d; more results remain "
-                    "(resume with start_page=%s)",
-                    self._max_items,
-                    self._resume,
-                )
+                logger.debug(_CAPPED, "max_items", self._max_items, self._resume)
             return True
         if number is None or self._pages_fetched < self._max_pages:
             return False
-        logger.debug(
-            "stopped paging at max_pages=%d; more results remain (resume with start_page=%d)",
-            self._max_pages,
-            number,
-        )
+        logger.debug(_CAPPED, "max_pages", self._max_pages, number)
         return True
 
     def _kept(self, number: int, ids: list[str]) -> list[int]:
         """Apply ``dedupe`` and ``max_items`` to a page's hit ids: the positions kept."""
         kept = list(range(len(ids)))
-        if self._dedupe:
+        if self._seen is not None:  # dedupe
             kept = []
             for position, hit_id in enumerate(ids):
                 if hit_id not in self._seen:
@@ -301,11 +274,10 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
                 self._resume = self._next_fetch
                 return kept
             self._stale_pages = 0
-        self._cut = len(kept) > self._max_items - self._accepted
-        if self._cut:
-            kept = kept[: self._max_items - self._accepted]
-        self._accepted += len(kept)
-        return kept
+        room = self._max_items - self._accepted
+        self._cut = len(kept) > room
+        self._accepted += min(len(kept), room)
+        return kept[:room]
 
     def _sends_early(self, body: bytes) -> bool:
         """Whether the next page is wanted whatever else this page holds, as far as known.
@@ -316,29 +288,22 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         size = len(self._previous_ids or ())  # this page's expected size: the last one's
         return (
             self._prefetch
-            and self._pages_fetched < self._max_pages
-            and self._accepted + size < self._max_items
+            and self._room(size)
             and (size > 0 or self._max_items == sys.maxsize)
-            and not (self._dedupe and self._stale_pages + 1 >= _MAX_STALE_PAGES)
+            and (self._seen is None or self._stale_pages + 1 < _MAX_STALE_PAGES)
             and body != self._held
             and protocol.search_page_continues(body)
         )
 
-    def _wants_more(self) -> bool:
-        """Whether the walk, as decided so far, fetches another page."""
-        return (
-            self._next_fetch is not None
-            and self._pages_fetched < self._max_pages
-            and self._accepted < self._max_items
-        )
+    def _room(self, items: int = 0) -> bool:
+        """Whether the caps leave room for another page, and for ``items`` more hits than that."""
+        return self._pages_fetched < self._max_pages and self._accepted + items < self._max_items
 
     async def _fetch(self, number: int) -> tuple[Answer, CallSpan]:
         # Every fetch runs as a task, prefetched or not, so that aclose() from another task can
         # cancel it; and it is waited for with asyncio.wait, not `await task`, so that such a
         # cancellation reads as the end of the walk here, not as this task being cancelled.
-        task = self._pending
-        if task is None:
-            task = self._pending = self._spawn(number, concurrency.PAGER_FETCH_TASK)
+        task = self._pending = self._pending or self._spawn(number, concurrency.PAGER_FETCH_TASK)
         await asyncio.wait({task})
         self._pending = None
         if task.cancelled() and self._done:
@@ -348,36 +313,40 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     def _spawn(self, number: int, name: str) -> asyncio.Task[tuple[Answer, CallSpan]]:
         # Checked before the coroutine is made, so that it is not left never awaited.
         running_loop()
-        receive = _receive(self._page_request, self._send, self._span, number)
-        task = asyncio.create_task(receive, name=name)
+        task = asyncio.create_task(self._receive(number), name=name)
         task.add_done_callback(_retrieve)
         return task
 
-    async def _head_start(self) -> None:
-        task = self._pending
+    async def _send_ahead(self, number: int) -> None:
+        """Send the request of page ``number`` now, and give it a head start (see the constant)."""
+        task = self._pending = self._spawn(number, concurrency.PAGER_PREFETCH_TASK)
         for _ in range(_PREFETCH_HEAD_START_TURNS):
-            if task is None or task.done():
-                return
-            await asyncio.sleep(0)
+            if not task.done():  # no more turns once it is done
+                await asyncio.sleep(0)
 
-    async def _end(self) -> None:
-        self._done = True
+    async def _stop_pending(self) -> None:
+        """Cancel a pending fetch and wait for it; the span of a page received but unread ends."""
         task, self._pending = self._pending, None
+        if task is not None and not task.done():
+            task.cancel()
+            await concurrency._wait_shielded({task})
+        if task is not None and not task.cancelled() and task.exception() is None:
+            task.result()[1].end()
+
+    async def _end(self, error: BaseException | None) -> None:
+        self._done = True
         self._buffer.clear()
-        if task is not None:
-            await _stop(task)
+        await self._stop_pending()
+        self._span.end(error)
 
     async def aclose(self) -> None:
         """Stop the walk: cancel a pending prefetch and wait for it; idempotent."""
-        await self._end()
-        self._span.end()
+        await self._end(None)
 
     def __del__(self) -> None:
         # A bare `break` out of `async for` leaves no other chance to stop the prefetch.
-        # (getattr: __init__ may have raised before setting anything.)
-        task = getattr(self, "_pending", None)
-        if task is not None and not self._done:
-            concurrency._cancel_from_finaliser(task)
-        span = getattr(self, "_span", None)
-        if span is not None:
-            span.end()
+        if not hasattr(self, "_done"):
+            return  # __init__ raised before setting anything
+        if self._pending is not None and not self._done:
+            concurrency._cancel_from_finaliser(self._pending)
+        self._span.end()

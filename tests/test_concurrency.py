@@ -1211,7 +1211,7 @@ async def test_fan_out_refuses_a_single_string_or_bytes(value: Any) -> None:
 def test_acquire_under_trio_says_asyncio_only(free_slot: bool) -> None:
     controller = AdaptiveConcurrency(1)
     if not free_slot:
-        controller._in_flight = 1  # the slow path: no slot free
+        controller.in_flight = 1  # the slow path: no slot free
 
     async def main() -> BaseException | None:
         try:
@@ -1223,4 +1223,4 @@ def test_acquire_under_trio_says_asyncio_only(free_slot: bool) -> None:
     error = anyio.run(main, backend="trio")
     assert isinstance(error, ConfigurationError), repr(error)
     assert "asyncio only" in str(error)
-    assert controller._in_flight == (0 if free_slot else 1)  # no slot taken
+    assert controller.in_flight == (0 if free_slot else 1)  # no slot taken
