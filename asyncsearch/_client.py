@@ -160,9 +160,18 @@ class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):
     """The keyword arguments of ``search_pages``/``search_hits`` after their own ones."""
 
 
-#: The walk of ``search_pages``/``search_hits``: their ``start_page``, ``max_pages``,
-#: ``max_items``, ``prefetch``, ``dedupe`` and ``embeddings``.
-_Walk: TypeAlias = tuple[int | None, int | None, int | None, bool, bool, bool]
+class SearchPagesParams(SearchWalkCallParams, total=False):
+    """The keyword arguments of ``search_pages`` (and ``search_hits``, which adds ``max_items``).
+
+    Defaults: ``start_page`` the client's ``first_page``, ``max_pages`` none, ``prefetch`` True,
+    ``dedupe`` False, ``embeddings`` True.
+    """
+
+    start_page: int | None
+    max_pages: int | None
+    prefetch: bool
+    dedupe: bool
+    embeddings: bool
 
 
 def _split(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -652,15 +661,7 @@ class AsyncSearchClient(AsyncClosing):
     # -- paging ------------------------------------------------------------------------------
 
     def search_pages(
-        self,
-        text: str | None = None,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        embeddings: bool = True,
-        **params: Unpack[SearchWalkCallParams],
+        self, text: str | None = None, **params: Unpack[SearchPagesParams]
     ) -> SearchPager[SearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
@@ -673,34 +674,31 @@ class AsyncSearchClient(AsyncClosing):
         The call's options (``SearchOptions``) apply to every page's request. Arguments are
         validated now, before anything is sent.
         """
-        walk = (start_page, max_pages, None, prefetch, dedupe, embeddings)
-        return self._pager("search_pages", text, params, walk)
+        return self._pager("search_pages", text, None, params)
 
     def search_hits(
         self,
         text: str | None = None,
         *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
         max_items: int | None = None,
-        prefetch: bool = True,
-        dedupe: bool = False,
-        embeddings: bool = True,
-        **params: Unpack[SearchWalkCallParams],
+        **params: Unpack[SearchPagesParams],
     ) -> SearchPager[SearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
         Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
         without fetching pages it does not need.
         """
-        walk = (start_page, max_pages, max_items, prefetch, dedupe, embeddings)
-        return self._pager("search_hits", text, params, walk)
+        return self._pager("search_hits", text, max_items, params)
 
     def _pager(
-        self, function: str, text: str | None, all_params: SearchWalkCallParams, walk: _Walk
+        self, function: str, text: str | None, max_items: int | None, walk: SearchPagesParams
     ) -> SearchPager[Any]:
-        start_page, max_pages, max_items, prefetch, dedupe, embeddings = walk
-        options, params = _split(all_params)
+        start_page = walk.pop("start_page", None)
+        max_pages = walk.pop("max_pages", None)
+        prefetch = walk.pop("prefetch", True)
+        dedupe = walk.pop("dedupe", False)
+        embeddings = walk.pop("embeddings", True)
+        options, params = _split(walk)
         # Validates every argument now, so a bad one fails at the call, not at the first page.
         call = self._call(function, options, SEARCH_OPTIONS)
         protocol.check_search_params(function, params, page=False)
