@@ -39,8 +39,6 @@ from ._transport import Transport, scrub_headers
 if TYPE_CHECKING:
     from ._tracing import CallSpan
 
-__all__ = ["APIResponse", "Shared", "send"]
-
 T = TypeVar("T")
 
 logger = logging.getLogger("asyncsearch")

@@ -7,8 +7,6 @@ from typing import TypeGuard
 
 from ._errors import AsyncSearchError, ConfigurationError, InvalidRequestError
 
-__all__ = ["check_int", "is_int", "running_loop"]
-
 
 def is_int(value: object) -> TypeGuard[int]:
     """True for an ``int`` that is not a ``bool``."""

@@ -34,15 +34,6 @@ import msgspec
 from asyncsearch._checks import check_int, running_loop
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
-__all__ = [
-    "AdaptiveConcurrency",
-    "AsyncClosing",
-    "FanOut",
-    "Outcome",
-    "RetryBudget",
-    "fan_out",
-]
-
 T = TypeVar("T")
 R = TypeVar("R")
 V = TypeVar("V")

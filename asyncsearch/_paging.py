@@ -33,8 +33,6 @@ from ._models import SearchPage, SearchPageHead
 from ._protocol import Request
 from ._tracing import CallSpan, LazySpan
 
-__all__ = ["SearchPager"]
-
 Y = TypeVar("Y")
 
 logger = logging.getLogger("asyncsearch")
