@@ -18,28 +18,24 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
 from http import HTTPStatus
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
 
+from . import _errors
 from ._checks import check_int
 from ._errors import (
     APIConnectionError,
     APIStatusError,
     AsyncSearchError,
-    AuthenticationError,
-    BadRequestError,
     ConfigurationError,
-    ConflictError,
     InternalServerError,
     InvalidRequestError,
-    NotFoundError,
-    PermissionDeniedError,
     RateLimitError,
     ResponseValidationError,
-    UnprocessableEntityError,
 )
 from ._models import (
     ExtractionFormat,
@@ -57,45 +53,6 @@ from ._models import (
     WebhookLogList,
     WebhookLogSummary,
 )
-
-__all__ = [
-    "MAX_IMAGE_LENGTH",
-    "MAX_TEXT_LENGTH",
-    "NOT_ACTED_ON_STATUSES",
-    "RETRYABLE_STATUSES",
-    "Request",
-    "Response",
-    "SearchParams",
-    "SearchWalkParams",
-    "backoff_delay",
-    "build_headers",
-    "check_base_url",
-    "check_extra_body",
-    "check_extra_headers",
-    "check_extraction_format",
-    "check_search_body",
-    "decode_body",
-    "encode_extra_query",
-    "get_extraction",
-    "get_webhook_log",
-    "image_data_url",
-    "is_retryable_connection_error",
-    "is_retryable_status",
-    "link_preview",
-    "list_webhook_logs",
-    "parse_retry_after",
-    "redact",
-    "redirect_target",
-    "request_id",
-    "same_origin",
-    "search",
-    "search_page_continues",
-    "search_page_head",
-    "status_error",
-    "validate_id",
-    "with_extras",
-    "without_embeddings",
-]
 
 T = TypeVar("T")
 
@@ -174,9 +131,8 @@ def validate_id(name: str, value: object) -> str:
         )
     if not _UUID_RE.fullmatch(value):
         raise InvalidRequestError(
-            f"{name} must match the UUID pattern "
-            "^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ "
-            f"(lowercase hex), got {_preview(value)}"
+            f"{name} must match the UUID pattern ^{_UUID_RE.pattern}$ (lowercase hex), "
+            f"got {_preview(value)}"
         )
     return value
 
@@ -281,48 +237,54 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
 
 
 def _normalize_filters(name: str, value: object) -> SearchFilters:
-    raw = _fields_from(name, value, SearchFilters)
     checked: dict[str, Any] = {}
-    for key, item in raw.items():
+    for key, item in _fields_from(name, value, SearchFilters).items():
+        label = f"{name}.{key}"
         if item is None:
             continue
-        label = f"{name}.{key}"
-        if key == "color":
-            checked[key] = _validate_list(label, item, int)
-        elif key in ("created_after", "created_before"):
+        if key in ("created_after", "created_before"):
             checked[key] = _validate_timestamp(label, item)
         else:
-            checked[key] = _validate_list(label, item, str)
+            checked[key] = _validate_list(label, item, int if key == "color" else str)
     return SearchFilters(**checked)
 
 
 def _normalize_sort(value: object) -> Sort:
-    raw = _fields_from("sort", value, Sort)
-    sort_field = raw.get("field")
-    if not isinstance(sort_field, str) or not sort_field:
-        raise InvalidRequestError(f"sort.field must be a non-empty string, got {sort_field!r}")
-    order = raw.get("order")
-    if order is not None and (not isinstance(order, str) or not order):
-        raise InvalidRequestError(f"sort.order must be a non-empty string, got {order!r}")
-    return Sort(field=sort_field, order=order)
+    raw: dict[str, Any] = _fields_from("sort", value, Sort)
+    for key in ("field", "order"):
+        item = raw.get(key)
+        if (key == "field" or item is not None) and (not isinstance(item, str) or not item):
+            raise InvalidRequestError(f"sort.{key} must be a non-empty string, got {item!r}")
+    return Sort(**raw)
 
 
-def _normalize_query(index: int, value: object) -> SearchQuery:
-    name = f"queries[{index}]"
-    raw = _fields_from(name, value, SearchQuery)
-    return SearchQuery(
-        resource_id=_opt(raw.get("resource_id"), lambda v: validate_id(f"{name}.resource_id", v)),
-        image=_opt(raw.get("image"), lambda v: _validate_image(f"{name}.image", v)),
-        text=_opt(raw.get("text"), lambda v: _validate_text(f"{name}.text", v)),
-        filters=_opt(raw.get("filters"), lambda v: _normalize_filters(f"{name}.filters", v)),
-        precision=_opt(raw.get("precision"), lambda v: _validate_precision(f"{name}.precision", v)),
-    )
+#: The checks of the fields a search and each of its ``queries`` share, in the order they run.
+_QUERY_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "text": _validate_text,
+    "image": _validate_image,
+    "resource_id": validate_id,
+    "filters": _normalize_filters,
+    "precision": _validate_precision,
+}
+
+
+def _check_query_fields(prefix: str, raw: Mapping[str, object]) -> dict[str, Any]:
+    return {
+        key: check(prefix + key, raw[key])
+        for key, check in _QUERY_CHECKS.items()
+        if raw.get(key) is not None
+    }
 
 
 def _normalize_queries(value: object) -> list[SearchQuery]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
         raise InvalidRequestError(f"queries must be a list, got {type(value).__name__}")
-    return [_normalize_query(i, q) for i, q in enumerate(value)]
+    return [
+        SearchQuery(
+            **_check_query_fields(f"queries[{i}].", _fields_from(f"queries[{i}]", q, SearchQuery))
+        )
+        for i, q in enumerate(value)
+    ]
 
 
 def _opt(value: object, check: Callable[[object], T]) -> T | None:
@@ -336,7 +298,6 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 _search_page_decoder = msgspec.json.Decoder(SearchPage)
 _search_page_head_decoder = msgspec.json.Decoder(SearchPageHead)
 _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
-_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
 _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
 _encoder = msgspec.json.Encoder()
@@ -351,7 +312,8 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     except msgspec.ValidationError as exc:
         match = re.fullmatch(r"(.*) - at `(\$[^`]*)`", str(exc), flags=re.DOTALL)
         reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
-        message = f"the response body does not fit {_type_name(decoder)} at {path}: {reason}"
+        fits = getattr(decoder.type, "__name__", str(decoder.type))
+        message = f"the response body does not fit {fits} at {path}: {reason}"
         raise ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
         message = f"the response body is not valid JSON: {exc}"
@@ -363,10 +325,6 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     except RecursionError:
         problem = "is JSON nested deeper than the decoder can follow"
     raise ResponseValidationError(f"the response body {problem}", path=None, body=body)
-
-
-def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
-    return getattr(decoder.type, "__name__", str(decoder.type))
 
 
 def _parse_search_page(body: bytes) -> SearchPage:
@@ -416,20 +374,8 @@ def search_page_continues(body: bytes) -> bool:
         return False
 
 
-def _parse_extraction_job(body: bytes) -> ExtractionJob:
-    return decode_body(_extraction_job_decoder, body)
-
-
-def _parse_link_preview(body: bytes) -> LinkPreview:
-    return decode_body(_link_preview_decoder, body)
-
-
 def _parse_webhook_log_list(body: bytes) -> list[WebhookLogSummary]:
     return decode_body(_webhook_log_list_decoder, body).items
-
-
-def _parse_webhook_log(body: bytes) -> WebhookLog:
-    return decode_body(_webhook_log_decoder, body)
 
 
 # Declared once for every search method: with ``text`` (positional) and ``page``
@@ -456,6 +402,7 @@ class SearchParams(SearchWalkParams, total=False):
     page: int | None
 
 
+_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _SEARCH_PARAMS = frozenset(SearchParams.__annotations__)
 
 
@@ -483,11 +430,7 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
             page_size=_opt(page_size, lambda v: check_int("page_size", v, minimum=1)),
         )
     body = SearchRequest(
-        text=_opt(text, lambda v: _validate_text("text", v)),
-        image=_opt(params.get("image"), lambda v: _validate_image("image", v)),
-        resource_id=_opt(params.get("resource_id"), lambda v: validate_id("resource_id", v)),
-        filters=_opt(params.get("filters"), lambda v: _normalize_filters("filters", v)),
-        precision=_opt(params.get("precision"), lambda v: _validate_precision("precision", v)),
+        **_check_query_fields("", {"text": text, **params}),
         queries=queries,
         incognito=incognito,
         pagination=pagination,
@@ -528,7 +471,7 @@ def get_extraction(
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
     if check_extraction_format(format) is not None:
         target += f"?format={format}"
-    return Request("GET", target, None, _parse_extraction_job, "extract")
+    return Request("GET", target, None, partial(decode_body, _extraction_job_decoder), "extract")
 
 
 def check_extraction_format(format: object) -> ExtractionFormat | None:
@@ -556,7 +499,7 @@ def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPrevi
         raise _not_utf8("url", exc) from None
     if _check_choice("type", type, _LINK_TYPES) is not None:
         target += f"&type={type}"
-    return Request("GET", target, None, _parse_link_preview, "link")
+    return Request("GET", target, None, partial(decode_body, _link_preview_decoder), "link")
 
 
 def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary]]:
@@ -570,9 +513,8 @@ def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary
 def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[WebhookLog]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs/{logId}``."""
     job, log = validate_id("job_id", job_id), validate_id("log_id", log_id)
-    return Request(
-        "GET", f"/v2/extract/{job}/webhook-logs/{log}", None, _parse_webhook_log, "webhook_log"
-    )
+    parse = partial(decode_body, _webhook_log_decoder)
+    return Request("GET", f"/v2/extract/{job}/webhook-logs/{log}", None, parse, "webhook_log")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1001,12 +943,12 @@ def redirect_target(current_url: str, location: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 _STATUS_ERRORS: dict[int, type[APIStatusError]] = {
-    400: BadRequestError,
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: ConflictError,
-    422: UnprocessableEntityError,
+    400: _errors.BadRequestError,
+    401: _errors.AuthenticationError,
+    403: _errors.PermissionDeniedError,
+    404: _errors.NotFoundError,
+    409: _errors.ConflictError,
+    422: _errors.UnprocessableEntityError,
     429: RateLimitError,
 }
 _MAX_ERROR_TEXT = 4096
