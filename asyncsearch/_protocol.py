@@ -223,9 +223,7 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
             f"{name} must be an asyncsearch.{struct_type.__name__} or a dict, "
             f"got {type(value).__name__}"
         )
-    wire_to_py = dict(
-        zip(struct_type.__struct_encode_fields__, struct_type.__struct_fields__, strict=True)
-    )
+    wire_to_py = _wire_names(struct_type)
     out: dict[str, object] = {}
     for key, item in value.items():
         py = key if key in struct_type.__struct_fields__ else wire_to_py.get(key)
@@ -234,6 +232,18 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
             raise InvalidRequestError(f"{name} has an unknown key {key!r}; allowed: {allowed}")
         out[py] = item
     return out
+
+
+def _wire_names(struct_type: type[msgspec.Struct]) -> dict[str, str]:
+    """Each field's wire name -> its Python name."""
+    fields = struct_type.__struct_fields__
+    return dict(zip(struct_type.__struct_encode_fields__, fields, strict=True))
+
+
+def _known_fields(body: Mapping[str, Any], struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """The fields of ``struct_type`` set in a wire-named ``body``, by their Python names."""
+    names = _wire_names(struct_type)
+    return {names[key]: item for key, item in body.items() if key in names and item is not None}
 
 
 def _normalize_filters(name: str, value: object) -> SearchFilters:
@@ -521,24 +531,26 @@ def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request
 # Images
 # ---------------------------------------------------------------------------------------------
 
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"BM", "image/bmp"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-    (b"\x00\x00\x01\x00", "image/x-icon"),
-)
-# Signatures of common files that are not images, named in the error when one is given.
-_NOT_IMAGE_MAGIC = (
-    (b"%PDF-", "application/pdf"),
-    (b"PK\x03\x04", "application/zip"),
-    (b"\x1f\x8b", "application/gzip"),
-    (b"\x7fELF", "application/x-executable"),
-)
-_HEIF_BRANDS = {b"avif": "image/avif", b"avis": "image/avif", b"heic": "image/heic"}
+# File signatures (a "." is any byte): the images', then those of common files that are not
+# images, named in the error when one is given.
+_SIGNATURES = [
+    (re.compile(magic, re.DOTALL), mime)
+    for magic, mime in (
+        (rb"\x89PNG\r\n\x1a\n", "image/png"),
+        (rb"\xff\xd8\xff", "image/jpeg"),
+        (rb"GIF8[79]a", "image/gif"),
+        (rb"BM", "image/bmp"),
+        (rb"II\*\x00|MM\x00\*", "image/tiff"),
+        (rb"\x00\x00\x01\x00", "image/x-icon"),
+        (rb"RIFF....WEBP", "image/webp"),
+        (rb"....ftypavi[fs]", "image/avif"),
+        (rb"....ftypheic", "image/heic"),
+        (rb"%PDF-", "application/pdf"),
+        (rb"PK\x03\x04", "application/zip"),
+        (rb"\x1f\x8b", "application/gzip"),
+        (rb"\x7fELF", "application/x-executable"),
+    )
+]
 
 
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
@@ -584,17 +596,12 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
 
 
 def _sniff_mime(data: bytes, filename: str | None) -> str:
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
-        return _HEIF_BRANDS[data[8:12]]
     what = repr(filename) if filename is not None else "the data"
-    for magic, other in _NOT_IMAGE_MAGIC:
-        if data.startswith(magic):
-            raise InvalidRequestError(f"{what} is not an image: its content is {other}")
+    for magic, mime in _SIGNATURES:
+        if magic.match(data):
+            if not mime.startswith("image/"):
+                raise InvalidRequestError(f"{what} is not an image: its content is {mime}")
+            return mime
     if filename is not None:
         guessed, _ = mimetypes.guess_type(filename)
         if guessed is not None:
@@ -722,6 +729,11 @@ MESSAGE_HEADERS = frozenset(
         "upgrade",
     }
 )
+#: Why each of those may not be set: the error's reason.
+_REFUSED_HEADERS = {
+    **dict.fromkeys(PROTECTED_HEADERS, "it comes from api_key or base_id (see with_options)"),
+    **dict.fromkeys(MESSAGE_HEADERS, "it frames or routes the message, which the client builds"),
+}
 # RFC 9110 5.1: a field name is a token (visible ASCII but delimiters); 5.5: a value holds no
 # CR, LF or NUL (other controls are obsolete but allowed, and aiohttp sends them as they are).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -747,16 +759,8 @@ def check_extra_headers(
                 "!#$%&'*+-.^_`|~ only, no spaces)"
             )
         lower = key.lower()
-        if lower in PROTECTED_HEADERS:
-            raise error(
-                f"{name} cannot set {key}: the key and the base come from the client's api_key "
-                "and base_id (use with_options to change them)"
-            )
-        if lower in MESSAGE_HEADERS:
-            raise error(
-                f"{name} cannot set {key}: it frames or routes the message, which the client "
-                "builds itself from the request"
-            )
+        if lower in _REFUSED_HEADERS:
+            raise error(f"{name} cannot set {key}: {_REFUSED_HEADERS[lower]}")
         if lower in seen:
             raise error(f"{name} names one header twice: {seen[lower]!r} and {key!r}")
         seen[lower] = key
@@ -832,19 +836,6 @@ def with_extras(
     return msgspec.structs.replace(request, target=target, body=new_body, idempotent=idempotent)
 
 
-#: The fields of a search body that ``search`` has arguments for: wire name -> argument name.
-_SEARCH_ARGUMENTS = {
-    "text": "text",
-    "image": "image",
-    "resourceId": "resource_id",
-    "filters": "filters",
-    "precision": "precision",
-    "queries": "queries",
-    "incognito": "incognito",
-    "sort": "sort",
-}
-
-
 def check_search_body(body: Mapping[str, Any]) -> bool:
     """Check a search body (wire names) as ``search`` checks its arguments; True if incognito.
 
@@ -852,17 +843,14 @@ def check_search_body(body: Mapping[str, Any]) -> bool:
     checks an argument would (text length, precision, ``pagination.pageSize`` >= 1, ...).
     Raises ``InvalidRequestError`` naming ``extra_body``.
     """
-    params: dict[str, Any] = {
-        name: body[wire] for wire, name in _SEARCH_ARGUMENTS.items() if body.get(wire) is not None
-    }
-    pagination = body.get("pagination")
+    # The fields ``search`` has arguments for, with pagination's in place of ``pagination``.
+    params = _known_fields(body, SearchRequest)
+    pagination = params.pop("pagination", None)
     try:
         if pagination is not None:
             if not isinstance(pagination, Mapping):
                 raise InvalidRequestError(f"pagination must be an object, got {pagination!r}")
-            for wire, name in (("page", "page"), ("pageSize", "page_size")):
-                if pagination.get(wire) is not None:
-                    params[name] = pagination[wire]
+            params.update(_known_fields(pagination, Pagination))
         search(**params)
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"extra_body makes the search invalid: {exc.message}") from None
