@@ -121,8 +121,6 @@ def validate_id(name: str, value: object) -> str:
     """
     # Because every id must match the pattern, no caller-supplied string can change the path of
     # a request (the builders put ids in paths without percent-encoding them).
-    if type(value) is str and len(value) == 36 and _UUID_RE.fullmatch(value):
-        return value  # the usual case, checked first
     if isinstance(value, uuid.UUID):
         value = str(value)
     if not isinstance(value, str):
@@ -169,12 +167,8 @@ def _validate_image(name: str, value: object) -> str:
 
 
 def _validate_precision(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= 1
-    ):
+    # NaN and infinities fail the range test too.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise InvalidRequestError(f"{name} must be a number from 0 to 1 inclusive, got {value!r}")
     return float(value)
 
@@ -308,6 +302,7 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 _search_page_decoder = msgspec.json.Decoder(SearchPage)
 _search_page_head_decoder = msgspec.json.Decoder(SearchPageHead)
 _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
+_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
 _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
 _encoder = msgspec.json.Encoder()
@@ -412,7 +407,6 @@ class SearchParams(SearchWalkParams, total=False):
     page: int | None
 
 
-_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _SEARCH_PARAMS = frozenset(SearchParams.__annotations__)
 
 
@@ -450,14 +444,7 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
         encoded = _encoder.encode(body)
     except UnicodeEncodeError as exc:
         raise _not_utf8("the search request", exc) from None
-    return Request(
-        method="POST",
-        target="/v2/search",
-        body=encoded,
-        parse=_parse_search_page,
-        endpoint="search",
-        idempotent=incognito is True,
-    )
+    return Request("POST", "/v2/search", encoded, _parse_search_page, "search", incognito is True)
 
 
 def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
@@ -597,23 +584,20 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
 
 def _sniff_mime(data: bytes, filename: str | None) -> str:
     what = repr(filename) if filename is not None else "the data"
-    for magic, mime in _SIGNATURES:
-        if magic.match(data):
-            if not mime.startswith("image/"):
-                raise InvalidRequestError(f"{what} is not an image: its content is {mime}")
-            return mime
-    if filename is not None:
-        guessed, _ = mimetypes.guess_type(filename)
-        if guessed is not None:
-            if not guessed.startswith("image/"):
-                raise InvalidRequestError(
-                    f"{what} is not an image: its extension says {guessed}; "
-                    "pass mime='image/...' if it really is one"
-                )
-            return guessed
-    raise InvalidRequestError(
-        f"cannot tell whether {what} is an image (no known image signature); pass mime='image/...'"
-    )
+    mime = next((mime for magic, mime in _SIGNATURES if magic.match(data)), None)
+    told_by = "its content is"
+    if mime is None and filename is not None:
+        mime, told_by = mimetypes.guess_type(filename)[0], "its extension says"
+    if mime is None:
+        raise InvalidRequestError(
+            f"cannot tell whether {what} is an image (no known image signature); "
+            "pass mime='image/...'"
+        )
+    if not mime.startswith("image/"):
+        raise InvalidRequestError(
+            f"{what} is not an image: {told_by} {mime}; pass mime='image/...' if it really is one"
+        )
+    return mime
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,23 +617,11 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-#: What a URL path may hold as it is (RFC 3986 ``pchar`` and ``/``, besides letters and digits).
-_PATH_SAFE = "/:@!$&'()*+,;=-._~"
-_PERCENT_ESCAPE = re.compile(r"(%[0-9A-Fa-f]{2})")
-
-
-def _encode_path(path: str) -> str:
-    """``path`` with every character a URL path cannot hold percent-encoded as UTF-8.
-
-    ``%XX`` escapes already there are kept, and a ``%`` that starts no escape becomes ``%25``.
-    """
-    # Keeping the escapes sends an encoded prefix exactly as given: encoding an encoded path
-    # changes nothing.
-    pieces = _PERCENT_ESCAPE.split(path)
-    # split() with one group: the escapes are at the odd indexes.
-    return "".join(
-        piece if i % 2 else quote(piece, safe=_PATH_SAFE) for i, piece in enumerate(pieces)
-    )
+#: What a URL path may hold as it is (RFC 3986 ``pchar`` and ``/``, besides letters and digits),
+#: and ``%``: the ``%XX`` escapes already there are kept, so that encoding an encoded path
+#: changes nothing; a ``%`` that starts no escape is made ``%25`` first.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def check_base_url(base_url: object, *, allow_http: bool) -> str:
@@ -683,7 +655,8 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
             "internationalised domain name in its IDNA form (xn--...)"
         )
     try:
-        path = _encode_path(parts.path.rstrip("/"))
+        # Percent-encoded as UTF-8: whatever a URL path cannot hold as it is.
+        path = quote(_STRAY_PERCENT.sub("%25", parts.path.rstrip("/")), safe=_PATH_SAFE)
     except UnicodeEncodeError:
         raise ConfigurationError(
             "base_url's path is not valid Unicode (a lone surrogate)"
