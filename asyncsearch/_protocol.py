@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
-from http import HTTPStatus
+from http.client import responses
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
@@ -124,19 +124,17 @@ def validate_id(name: str, value: object) -> str:
     if isinstance(value, uuid.UUID):
         value = str(value)
     if not isinstance(value, str):
-        raise InvalidRequestError(
-            f"{name} must be a UUID string or uuid.UUID, got {type(value).__name__}"
-        )
+        raise _must_be(name, "a UUID string or uuid.UUID", value)
     if not _UUID_RE.fullmatch(value):
         raise InvalidRequestError(
             f"{name} must match the UUID pattern ^{_UUID_RE.pattern}$ (lowercase hex), "
-            f"got {_preview(value)}"
+            f"got {value if len(value) <= 60 else value[:60] + '...'!r}"
         )
     return value
 
 
-def _preview(value: str, limit: int = 60) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
+def _must_be(name: str, what: str, value: object) -> InvalidRequestError:
+    return InvalidRequestError(f"{name} must be {what}, got {type(value).__name__}")
 
 
 def _check_length(name: str, value: str, limit: int) -> None:
@@ -146,17 +144,14 @@ def _check_length(name: str, value: str, limit: int) -> None:
 
 def _validate_text(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{name} must be a string, got {type(value).__name__}")
+        raise _must_be(name, "a string", value)
     _check_length(name, value, MAX_TEXT_LENGTH)
     return value
 
 
 def _validate_image(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise InvalidRequestError(
-            f"{name} must be a data URL string (see asyncsearch.image_data_url), "
-            f"got {type(value).__name__}"
-        )
+        raise _must_be(name, "a data URL string (see asyncsearch.image_data_url)", value)
     _check_length(name, value, MAX_IMAGE_LENGTH)
     if not (value.startswith("data:") and ";base64," in value[:200]):
         raise InvalidRequestError(
@@ -190,22 +185,18 @@ def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> lis
 
 
 def _validate_timestamp(name: str, value: object) -> datetime.datetime | str:
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidRequestError(
-                f"{name} must be a timezone-aware datetime (a naive one is ambiguous), "
-                f"got {value!r}"
-            )
-        # Sent as ISO 8601 in UTC with "Z".
-        try:
-            return value.astimezone(datetime.UTC)
-        except OverflowError:
-            raise InvalidRequestError(f"{name} is out of range in UTC, got {value!r}") from None
     if isinstance(value, str) and value:
         return value
-    raise InvalidRequestError(
-        f"{name} must be an aware datetime or a non-empty ISO 8601 string, got {value!r}"
-    )
+    if not isinstance(value, datetime.datetime) or value.utcoffset() is None:
+        raise InvalidRequestError(
+            f"{name} must be a timezone-aware datetime (a naive one is ambiguous) or a non-empty "
+            f"ISO 8601 string, got {value!r}"
+        )
+    # Sent as ISO 8601 in UTC with "Z".
+    try:
+        return value.astimezone(datetime.UTC)
+    except OverflowError:
+        raise InvalidRequestError(f"{name} is out of range in UTC, got {value!r}") from None
 
 
 def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) -> dict[str, object]:
@@ -213,10 +204,7 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
     if isinstance(value, struct_type):
         return {f: getattr(value, f) for f in struct_type.__struct_fields__}
     if not isinstance(value, Mapping):
-        raise InvalidRequestError(
-            f"{name} must be an asyncsearch.{struct_type.__name__} or a dict, "
-            f"got {type(value).__name__}"
-        )
+        raise _must_be(name, f"an asyncsearch.{struct_type.__name__} or a dict", value)
     wire_to_py = _wire_names(struct_type)
     out: dict[str, object] = {}
     for key, item in value.items():
@@ -282,7 +270,7 @@ def _check_query_fields(prefix: str, raw: Mapping[str, object]) -> dict[str, Any
 
 def _normalize_queries(value: object) -> list[SearchQuery]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
-        raise InvalidRequestError(f"queries must be a list, got {type(value).__name__}")
+        raise _must_be("queries", "a list", value)
     return [
         SearchQuery(
             **_check_query_fields(f"queries[{i}].", _fields_from(f"queries[{i}]", q, SearchQuery))
@@ -321,8 +309,7 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         message = f"the response body does not fit {fits} at {path}: {reason}"
         raise ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
-        message = f"the response body is not valid JSON: {exc}"
-        raise ResponseValidationError(message, path=None, body=body) from None
+        problem = f"is not valid JSON: {exc}"
     except UnicodeDecodeError as exc:
         # msgspec reports invalid UTF-8 inside a string as the bare codec error. It holds the
         # whole body, so it is raised outside this block, where it is not kept as __context__.
@@ -487,7 +474,7 @@ def _check_choice(name: str, value: object, choices: tuple[T, ...]) -> T | None:
 def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPreview]:
     """Build ``GET /v2/link``; the URL is sent unchanged, percent-encoded as a query value."""
     if not isinstance(url, str):
-        raise InvalidRequestError(f"url must be a string, got {url.__class__.__name__}")
+        raise _must_be("url", "a string", url)
     if not url:
         raise InvalidRequestError("url must not be empty")
     try:
@@ -561,17 +548,15 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
         except OSError as exc:
             raise InvalidRequestError(f"cannot read image file {filename!r}: {exc}") from exc
     else:
-        raise InvalidRequestError(
-            f"source must be bytes or a file path, got {type(source).__name__}"
-        )
+        raise _must_be("source", "bytes or a file path", source)
     if not data:
         raise InvalidRequestError("the image is empty")
     if mime is None:
         mime = _sniff_mime(data, filename)
-    if not re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime):
-        raise InvalidRequestError(f"mime must look like 'image/png', got {mime!r}")
-    if not mime.lower().startswith("image/"):
-        raise InvalidRequestError(f"mime must be an image type (image/...), got {mime!r}")
+    if not (re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime) and mime.lower().startswith("image/")):
+        raise InvalidRequestError(
+            f"mime must look like 'image/png': an image type (image/...), got {mime!r}"
+        )
     prefix = f"data:{mime};base64,"
     length = len(prefix) + 4 * math.ceil(len(data) / 3)
     if length > MAX_IMAGE_LENGTH:
@@ -755,10 +740,7 @@ def encode_extra_query(query: object) -> tuple[tuple[str, str], ...]:
         if isinstance(value, bool):
             value = "true" if value else "false"
         elif not isinstance(value, str | int | float):
-            raise InvalidRequestError(
-                f"extra_query: {key!r} must be a str, int, float or bool, "
-                f"got {type(value).__name__}"
-            )
+            raise _must_be(f"extra_query: {key!r}", "a str, int, float or bool", value)
         try:
             pairs.append((quote(key, safe=""), quote(str(value), safe="")))
         except UnicodeEncodeError as exc:
@@ -853,12 +835,10 @@ def build_headers(
     }
     for key, value in (extra or {}).items():
         lower = key.lower()
-        if lower in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
-            continue
-        # One name once: an extra header replaces the default of the same name in any case.
-        for default in [name for name in headers if name.lower() == lower]:
-            del headers[default]
-        headers[key] = value
+        if lower not in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
+            # One name once: an extra header replaces the default of the same name in any case.
+            headers = {name: item for name, item in headers.items() if name.lower() != lower}
+            headers[key] = value
     if has_body:
         headers["Content-Type"] = "application/json"
     headers["X-Api-Key"] = api_key
@@ -961,16 +941,12 @@ def status_error(
     status = response.status
     cls = _STATUS_ERRORS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
     body = _error_body(response.body, secret)
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Unknown Status"
+    phrase = responses.get(status, "Unknown Status")
     url = redact(_strip_userinfo(response.url), secret)
-    parts = [f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"]
+    message = f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"
     detail = reason or _error_detail(body)
     if detail:
-        parts.append(redact(detail, secret))
-    message = ": ".join(parts)
+        message += ": " + redact(detail, secret)
     error = cls(
         message,
         status_code=status,
@@ -1023,18 +999,13 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     negative or signed number, other scripts' digits (``'\u0663'``), ``inf``, ``nan``,
     exponents, a number past the largest float, and an HTTP date that is not in the future.
     """
-    raw_ms = _header(headers, "retry-after-ms")
-    if raw_ms is not None:
-        millis = _delay_seconds(raw_ms)
-        if millis is not None:
-            return millis / 1000.0
-    raw = _header(headers, "retry-after")
-    if raw is None:
-        return None
+    millis = _delay_seconds(_header(headers, "retry-after-ms") or "")
+    if millis is not None:
+        return millis / 1000.0
+    raw = (_header(headers, "retry-after") or "").strip()
     seconds = _delay_seconds(raw)
     if seconds is not None:
         return seconds
-    raw = raw.strip()
     if not raw.isascii() or not raw:
         return None
     try:
