@@ -137,22 +137,19 @@ def _must_be(name: str, what: str, value: object) -> InvalidRequestError:
     return InvalidRequestError(f"{name} must be {what}, got {type(value).__name__}")
 
 
-def _check_length(name: str, value: str, limit: int) -> None:
+def _validate_text(
+    name: str, value: object, limit: int = MAX_TEXT_LENGTH, what: str = "a string"
+) -> str:
+    if not isinstance(value, str):
+        raise _must_be(name, what, value)
     if len(value) > limit:
         raise InvalidRequestError(f"{name} is {len(value)} characters long; the limit is {limit}")
-
-
-def _validate_text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise _must_be(name, "a string", value)
-    _check_length(name, value, MAX_TEXT_LENGTH)
     return value
 
 
 def _validate_image(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise _must_be(name, "a data URL string (see asyncsearch.image_data_url)", value)
-    _check_length(name, value, MAX_IMAGE_LENGTH)
+    what = "a data URL string (see asyncsearch.image_data_url)"
+    value = _validate_text(name, value, MAX_IMAGE_LENGTH, what)
     if not (value.startswith("data:") and ";base64," in value[:200]):
         raise InvalidRequestError(
             f"{name} must be a base64 data URL such as 'data:image/png;base64,...' "
@@ -218,8 +215,7 @@ def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) ->
 
 def _wire_names(struct_type: type[msgspec.Struct]) -> dict[str, str]:
     """Each field's wire name -> its Python name."""
-    fields = struct_type.__struct_fields__
-    return dict(zip(struct_type.__struct_encode_fields__, fields, strict=True))
+    return {field.encode_name: field.name for field in msgspec.structs.fields(struct_type)}
 
 
 def _known_fields(body: Mapping[str, Any], struct_type: type[msgspec.Struct]) -> dict[str, Any]:
@@ -293,7 +289,6 @@ _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
 _link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
 _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
-_encoder = msgspec.json.Encoder()
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
@@ -428,7 +423,7 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
         sort=_opt(params.get("sort"), _normalize_sort),
     )
     try:
-        encoded = _encoder.encode(body)
+        encoded = msgspec.json.encode(body)
     except UnicodeEncodeError as exc:
         raise _not_utf8("the search request", exc) from None
     return Request("POST", "/v2/search", encoded, _parse_search_page, "search", incognito is True)
@@ -442,9 +437,7 @@ def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
 
 def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
     bad = exc.object[exc.start : exc.end]
-    return InvalidRequestError(
-        f"{name} holds {bad!r}, which cannot be sent as UTF-8 ({exc.reason})"
-    )
+    return InvalidRequestError(f"{name} holds {bad!r}, which UTF-8 cannot encode ({exc.reason})")
 
 
 def get_extraction(
@@ -593,7 +586,7 @@ _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhos
 
 
 def _is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
+    # ``host`` is a urlsplit() hostname: lowercase, without an IPv6 address's brackets.
     if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
         return True
     try:
@@ -660,9 +653,9 @@ def _strip_userinfo(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid URL>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    if "@" in parts.netloc:
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
 
 
 #: Headers the client sets from its own options, which extra headers cannot replace.
@@ -855,14 +848,6 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
 
 
-def same_origin(a: str, b: str) -> bool:
-    """True when two absolute URLs share scheme, host and port."""
-    try:
-        return _origin(a) == _origin(b)
-    except ValueError:
-        return False
-
-
 def redirect_target(current_url: str, location: str) -> str | None:
     """The absolute URL to follow a redirect to, or ``None`` when it must not be followed.
 
@@ -871,10 +856,11 @@ def redirect_target(current_url: str, location: str) -> str | None:
     try:
         target = urljoin(current_url, location.strip())
         parts = urlsplit(target)
+        # Same origin (scheme, host and port) only, so that ``X-Api-Key`` never goes elsewhere.
+        same_origin = _origin(current_url) == _origin(target)
     except ValueError:
         return None
-    # Same origin only, so that ``X-Api-Key`` never goes anywhere else.
-    if parts.username is not None or "@" in parts.netloc or not same_origin(current_url, target):
+    if parts.username is not None or "@" in parts.netloc or not same_origin:
         return None
     return urlunsplit(parts._replace(fragment=""))
 
@@ -897,9 +883,7 @@ _MAX_ERROR_TEXT = 4096
 
 def redact(text: str, secret: str | None) -> str:
     """Replace every occurrence of ``secret`` in ``text``."""
-    if secret and secret in text:
-        return text.replace(secret, "[redacted]")
-    return text
+    return text.replace(secret, "[redacted]") if secret else text
 
 
 def _error_body(body: bytes, secret: str | None) -> Any:
@@ -915,16 +899,14 @@ def _error_body(body: bytes, secret: str | None) -> Any:
 
 
 def _error_detail(body: Any) -> str:
-    if isinstance(body, dict):
-        for key in ("message", "detail", "error", "title"):
-            value = body.get(key)
-            if isinstance(value, dict):
-                return _error_detail(value)
-            if isinstance(value, str) and value:
-                return value[:300]
-        return ""
     if isinstance(body, str):
         return " ".join(body.split())[:200]
+    for key in ("message", "detail", "error", "title") if isinstance(body, dict) else ():
+        value = body.get(key)
+        if isinstance(value, dict):
+            return _error_detail(value)
+        if isinstance(value, str) and value:
+            return value[:300]
     return ""
 
 
@@ -971,11 +953,9 @@ def is_retryable_status(
     Only a status in ``statuses`` is; of those, 408, 429 and 503 are retried for every request,
     the others only for an ``idempotent`` one. Every other status is final.
     """
-    if status not in statuses:
-        return False
     # Other answers may come after the service acted on it (a 500 after the search was
     # recorded, a 502 or 504 from a gateway whose upstream did the work).
-    return idempotent or status in NOT_ACTED_ON_STATUSES
+    return status in statuses and (idempotent or status in NOT_ACTED_ON_STATUSES)
 
 
 def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:
@@ -1025,9 +1005,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
     if value is None:
         # Plain dicts are case-sensitive; aiohttp's headers are not.
-        for key, item in headers.items():
-            if key.lower() == name:
-                return item
+        value = next((item for key, item in headers.items() if key.lower() == name), None)
     return value
 
 
