@@ -28,13 +28,9 @@ import msgspec
 from . import _errors
 from ._checks import check_int
 from ._errors import (
-    APIConnectionError,
     APIStatusError,
-    AsyncSearchError,
     ConfigurationError,
-    InternalServerError,
     InvalidRequestError,
-    RateLimitError,
     ResponseValidationError,
 )
 from ._models import (
@@ -293,10 +289,10 @@ _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     """Decode a success body with a typed decoder; any mismatch is a ``ResponseValidationError``."""
-    if not body:
-        raise ResponseValidationError("the response body is empty", path=None, body=body)
     try:
-        return decoder.decode(body)
+        if body:
+            return decoder.decode(body)
+        problem = "is empty"
     except msgspec.ValidationError as exc:
         match = re.fullmatch(r"(.*) - at `(\$[^`]*)`", str(exc), flags=re.DOTALL)
         reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
@@ -500,24 +496,21 @@ def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request
 
 # File signatures (a "." is any byte): the images', then those of common files that are not
 # images, named in the error when one is given.
-_SIGNATURES = [
-    (re.compile(magic, re.DOTALL), mime)
-    for magic, mime in (
-        (rb"\x89PNG\r\n\x1a\n", "image/png"),
-        (rb"\xff\xd8\xff", "image/jpeg"),
-        (rb"GIF8[79]a", "image/gif"),
-        (rb"BM", "image/bmp"),
-        (rb"II\*\x00|MM\x00\*", "image/tiff"),
-        (rb"\x00\x00\x01\x00", "image/x-icon"),
-        (rb"RIFF....WEBP", "image/webp"),
-        (rb"....ftypavi[fs]", "image/avif"),
-        (rb"....ftypheic", "image/heic"),
-        (rb"%PDF-", "application/pdf"),
-        (rb"PK\x03\x04", "application/zip"),
-        (rb"\x1f\x8b", "application/gzip"),
-        (rb"\x7fELF", "application/x-executable"),
-    )
-]
+_SIGNATURES = (
+    (rb"\x89PNG\r\n\x1a\n", "image/png"),
+    (rb"\xff\xd8\xff", "image/jpeg"),
+    (rb"GIF8[79]a", "image/gif"),
+    (rb"BM", "image/bmp"),
+    (rb"II\*\x00|MM\x00\*", "image/tiff"),
+    (rb"\x00\x00\x01\x00", "image/x-icon"),
+    (rb"RIFF....WEBP", "image/webp"),
+    (rb"....ftypavi[fs]", "image/avif"),
+    (rb"....ftypheic", "image/heic"),
+    (rb"%PDF-", "application/pdf"),
+    (rb"PK\x03\x04", "application/zip"),
+    (rb"\x1f\x8b", "application/gzip"),
+    (rb"\x7fELF", "application/x-executable"),
+)
 
 
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
@@ -562,7 +555,7 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
 
 def _sniff_mime(data: bytes, filename: str | None) -> str:
     what = repr(filename) if filename is not None else "the data"
-    mime = next((mime for magic, mime in _SIGNATURES if magic.match(data)), None)
+    mime = next((mime for magic, mime in _SIGNATURES if re.match(magic, data, re.DOTALL)), None)
     told_by = "its content is"
     if mime is None and filename is not None:
         mime, told_by = mimetypes.guess_type(filename)[0], "its extension says"
@@ -692,7 +685,7 @@ _BAD_VALUE = re.compile(r"[\r\n\x00]")
 
 
 def check_extra_headers(
-    headers: object, *, name: str, error: type[AsyncSearchError]
+    headers: object, *, name: str, error: type[_errors.AsyncSearchError]
 ) -> dict[str, str]:
     """Return ``headers`` as a dict, or raise ``error`` for a bad or protected name or value.
 
@@ -876,7 +869,7 @@ _STATUS_ERRORS: dict[int, type[APIStatusError]] = {
     404: _errors.NotFoundError,
     409: _errors.ConflictError,
     422: _errors.UnprocessableEntityError,
-    429: RateLimitError,
+    429: _errors.RateLimitError,
 }
 _MAX_ERROR_TEXT = 4096
 
@@ -921,7 +914,8 @@ def status_error(
 ) -> APIStatusError:
     """The typed error for a response that is not a success."""
     status = response.status
-    cls = _STATUS_ERRORS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
+    default = _errors.InternalServerError if status >= 500 else APIStatusError
+    cls = _STATUS_ERRORS.get(status, default)
     body = _error_body(response.body, secret)
     phrase = responses.get(status, "Unknown Status")
     url = redact(_strip_userinfo(response.url), secret)
@@ -938,7 +932,7 @@ def status_error(
         url=url,
         attempts=attempts,
     )
-    if isinstance(error, RateLimitError):
+    if isinstance(error, _errors.RateLimitError):
         error.retry_after = retry_after
     rid = request_id(response.headers)
     error.request_id = None if rid is None else redact(rid, secret)
@@ -958,7 +952,9 @@ def is_retryable_status(
     return status in statuses and (idempotent or status in NOT_ACTED_ON_STATUSES)
 
 
-def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:
+def is_retryable_connection_error(
+    error: _errors.APIConnectionError, *, idempotent: bool = True
+) -> bool:
     """Whether a failed attempt without an answer is worth another one.
 
     Retried for every request when ``error.request_sent`` is False (DNS, refused, connect
