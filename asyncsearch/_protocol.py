@@ -18,6 +18,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import suppress
 from functools import partial
 from http.client import responses
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
@@ -163,7 +164,7 @@ def _validate_precision(name: str, value: object) -> float:
 
 def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> list[Any]:
     """A list of non-empty strings (``uuid.UUID`` taken as its string) or of integers."""
-    what = "strings" if kind is str else "integers"
+    what, one = ("strings", "a non-empty string") if kind is str else ("integers", "an integer")
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
         raise InvalidRequestError(f"{name} must be a list of {what}, got {value!r}")
     out: list[Any] = []
@@ -171,8 +172,7 @@ def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> lis
         if kind is str and isinstance(item, uuid.UUID):
             item = str(item)
         if isinstance(item, bool) or not isinstance(item, kind) or item == "":
-            article = "a non-empty string" if kind is str else "an integer"
-            raise InvalidRequestError(f"{name}[{i}] must be {article}, got {item!r}")
+            raise InvalidRequestError(f"{name}[{i}] must be {one}, got {item!r}")
         out.append(item)
     return out
 
@@ -223,13 +223,12 @@ def _known_fields(body: Mapping[str, Any], struct_type: type[msgspec.Struct]) ->
 def _normalize_filters(name: str, value: object) -> SearchFilters:
     checked: dict[str, Any] = {}
     for key, item in _fields_from(name, value, SearchFilters).items():
-        label = f"{name}.{key}"
         if item is None:
             continue
         if key in ("created_after", "created_before"):
-            checked[key] = _validate_timestamp(label, item)
+            checked[key] = _validate_timestamp(f"{name}.{key}", item)
         else:
-            checked[key] = _validate_list(label, item, int if key == "color" else str)
+            checked[key] = _validate_list(f"{name}.{key}", item, int if key == "color" else str)
     return SearchFilters(**checked)
 
 
@@ -629,9 +628,7 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
         # Percent-encoded as UTF-8: whatever a URL path cannot hold as it is.
         path = quote(_STRAY_PERCENT.sub("%25", parts.path.rstrip("/")), safe=_PATH_SAFE)
     except UnicodeEncodeError:
-        raise ConfigurationError(
-            "base_url's path is not valid Unicode (a lone surrogate)"
-        ) from None
+        raise ConfigurationError("base_url's path is not valid Unicode: a lone surrogate") from None
     # Over plain http to another host, the key would cross the network in the clear.
     if parts.scheme == "http" and not allow_http and not _is_loopback(host):
         raise ConfigurationError(
@@ -834,11 +831,10 @@ def build_headers(
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
+    # urlsplit() lowercases the scheme and the hostname.
     parts = urlsplit(url)
-    port = parts.port
-    if port is None:
-        port = {"http": 80, "https": 443}.get(parts.scheme)
-    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
+    port = parts.port if parts.port is not None else {"http": 80, "https": 443}.get(parts.scheme)
+    return (parts.scheme, parts.hostname or "", port)
 
 
 def redirect_target(current_url: str, location: str) -> str | None:
@@ -884,10 +880,8 @@ def _error_body(body: bytes, secret: str | None) -> Any:
         return None
     text = redact(body[:_MAX_ERROR_TEXT].decode("utf-8", "replace"), secret)
     if len(body) <= _MAX_ERROR_TEXT:
-        try:
+        with suppress(msgspec.DecodeError):
             return msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            pass
     return text
 
 
