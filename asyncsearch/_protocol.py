@@ -195,18 +195,16 @@ def _validate_timestamp(name: str, value: object) -> datetime.datetime | str:
 def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) -> dict[str, object]:
     """Read a Struct or a plain dict (Python or wire key names) into a dict of Python names."""
     if isinstance(value, struct_type):
-        return {f: getattr(value, f) for f in struct_type.__struct_fields__}
+        return msgspec.structs.asdict(value)
     if not isinstance(value, Mapping):
         raise _must_be(name, f"an asyncsearch.{struct_type.__name__} or a dict", value)
-    wire_to_py = _wire_names(struct_type)
-    out: dict[str, object] = {}
-    for key, item in value.items():
-        py = key if key in struct_type.__struct_fields__ else wire_to_py.get(key)
-        if py is None:
-            allowed = ", ".join(struct_type.__struct_fields__)
+    fields = struct_type.__struct_fields__
+    names = _wire_names(struct_type) | dict(zip(fields, fields, strict=True))
+    for key in value:
+        if key not in names:
+            allowed = ", ".join(fields)
             raise InvalidRequestError(f"{name} has an unknown key {key!r}; allowed: {allowed}")
-        out[py] = item
-    return out
+    return {names[key]: item for key, item in value.items()}
 
 
 def _wire_names(struct_type: type[msgspec.Struct]) -> dict[str, str]:
