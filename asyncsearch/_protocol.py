@@ -787,10 +787,10 @@ def check_search_body(body: Mapping[str, Any]) -> bool:
             if not isinstance(pagination, Mapping):
                 raise InvalidRequestError(f"pagination must be an object, got {pagination!r}")
             params.update(_known_fields(pagination, Pagination))
-        search(**params)
+        # Idempotent when the body's ``incognito`` is true.
+        return search(**params).idempotent
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"extra_body makes the search invalid: {exc.message}") from None
-    return body.get("incognito") is True
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
