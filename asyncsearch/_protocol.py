@@ -18,28 +18,21 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from http import HTTPStatus
+from contextlib import suppress
+from functools import partial
+from http.client import responses
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, get_args
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import msgspec
 
+from . import _errors
 from ._checks import check_int
 from ._errors import (
-    APIConnectionError,
     APIStatusError,
-    AsyncSearchError,
-    AuthenticationError,
-    BadRequestError,
     ConfigurationError,
-    ConflictError,
-    InternalServerError,
     InvalidRequestError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
     ResponseValidationError,
-    UnprocessableEntityError,
 )
 from ._models import (
     ExtractionFormat,
@@ -57,45 +50,6 @@ from ._models import (
     WebhookLogList,
     WebhookLogSummary,
 )
-
-__all__ = [
-    "MAX_IMAGE_LENGTH",
-    "MAX_TEXT_LENGTH",
-    "NOT_ACTED_ON_STATUSES",
-    "RETRYABLE_STATUSES",
-    "Request",
-    "Response",
-    "SearchParams",
-    "SearchWalkParams",
-    "backoff_delay",
-    "build_headers",
-    "check_base_url",
-    "check_extra_body",
-    "check_extra_headers",
-    "check_extraction_format",
-    "check_search_body",
-    "decode_body",
-    "encode_extra_query",
-    "get_extraction",
-    "get_webhook_log",
-    "image_data_url",
-    "is_retryable_connection_error",
-    "is_retryable_status",
-    "link_preview",
-    "list_webhook_logs",
-    "parse_retry_after",
-    "redact",
-    "redirect_target",
-    "request_id",
-    "same_origin",
-    "search",
-    "search_page_continues",
-    "search_page_head",
-    "status_error",
-    "validate_id",
-    "with_extras",
-    "without_embeddings",
-]
 
 T = TypeVar("T")
 
@@ -164,46 +118,35 @@ def validate_id(name: str, value: object) -> str:
     """
     # Because every id must match the pattern, no caller-supplied string can change the path of
     # a request (the builders put ids in paths without percent-encoding them).
-    if type(value) is str and len(value) == 36 and _UUID_RE.fullmatch(value):
-        return value  # the usual case, checked first
     if isinstance(value, uuid.UUID):
         value = str(value)
     if not isinstance(value, str):
-        raise InvalidRequestError(
-            f"{name} must be a UUID string or uuid.UUID, got {type(value).__name__}"
-        )
+        raise _must_be(name, "a UUID string or uuid.UUID", value)
     if not _UUID_RE.fullmatch(value):
         raise InvalidRequestError(
-            f"{name} must match the UUID pattern "
-            "^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ "
-            f"(lowercase hex), got {_preview(value)}"
+            f"{name} must match the UUID pattern ^{_UUID_RE.pattern}$ (lowercase hex), "
+            f"got {value if len(value) <= 60 else value[:60] + '...'!r}"
         )
     return value
 
 
-def _preview(value: str, limit: int = 60) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
+def _must_be(name: str, what: str, value: object) -> InvalidRequestError:
+    return InvalidRequestError(f"{name} must be {what}, got {type(value).__name__}")
 
 
-def _check_length(name: str, value: str, limit: int) -> None:
+def _validate_text(
+    name: str, value: object, limit: int = MAX_TEXT_LENGTH, what: str = "a string"
+) -> str:
+    if not isinstance(value, str):
+        raise _must_be(name, what, value)
     if len(value) > limit:
         raise InvalidRequestError(f"{name} is {len(value)} characters long; the limit is {limit}")
-
-
-def _validate_text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequestError(f"{name} must be a string, got {type(value).__name__}")
-    _check_length(name, value, MAX_TEXT_LENGTH)
     return value
 
 
 def _validate_image(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidRequestError(
-            f"{name} must be a data URL string (see asyncsearch.image_data_url), "
-            f"got {type(value).__name__}"
-        )
-    _check_length(name, value, MAX_IMAGE_LENGTH)
+    what = "a data URL string (see asyncsearch.image_data_url)"
+    value = _validate_text(name, value, MAX_IMAGE_LENGTH, what)
     if not (value.startswith("data:") and ";base64," in value[:200]):
         raise InvalidRequestError(
             f"{name} must be a base64 data URL such as 'data:image/png;base64,...' "
@@ -213,19 +156,15 @@ def _validate_image(name: str, value: object) -> str:
 
 
 def _validate_precision(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 <= value <= 1
-    ):
+    # NaN and infinities fail the range test too.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise InvalidRequestError(f"{name} must be a number from 0 to 1 inclusive, got {value!r}")
     return float(value)
 
 
 def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> list[Any]:
     """A list of non-empty strings (``uuid.UUID`` taken as its string) or of integers."""
-    what = "strings" if kind is str else "integers"
+    what, one = ("strings", "a non-empty string") if kind is str else ("integers", "an integer")
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
         raise InvalidRequestError(f"{name} must be a list of {what}, got {value!r}")
     out: list[Any] = []
@@ -233,96 +172,100 @@ def _validate_list(name: str, value: object, kind: type[str] | type[int]) -> lis
         if kind is str and isinstance(item, uuid.UUID):
             item = str(item)
         if isinstance(item, bool) or not isinstance(item, kind) or item == "":
-            article = "a non-empty string" if kind is str else "an integer"
-            raise InvalidRequestError(f"{name}[{i}] must be {article}, got {item!r}")
+            raise InvalidRequestError(f"{name}[{i}] must be {one}, got {item!r}")
         out.append(item)
     return out
 
 
 def _validate_timestamp(name: str, value: object) -> datetime.datetime | str:
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidRequestError(
-                f"{name} must be a timezone-aware datetime (a naive one is ambiguous), "
-                f"got {value!r}"
-            )
-        # Sent as ISO 8601 in UTC with "Z".
-        try:
-            return value.astimezone(datetime.UTC)
-        except OverflowError:
-            raise InvalidRequestError(f"{name} is out of range in UTC, got {value!r}") from None
     if isinstance(value, str) and value:
         return value
-    raise InvalidRequestError(
-        f"{name} must be an aware datetime or a non-empty ISO 8601 string, got {value!r}"
-    )
+    if not isinstance(value, datetime.datetime) or value.utcoffset() is None:
+        raise InvalidRequestError(
+            f"{name} must be a timezone-aware datetime (a naive one is ambiguous) or a non-empty "
+            f"ISO 8601 string, got {value!r}"
+        )
+    # Sent as ISO 8601 in UTC with "Z".
+    try:
+        return value.astimezone(datetime.UTC)
+    except OverflowError:
+        raise InvalidRequestError(f"{name} is out of range in UTC, got {value!r}") from None
 
 
 def _fields_from(name: str, value: object, struct_type: type[msgspec.Struct]) -> dict[str, object]:
     """Read a Struct or a plain dict (Python or wire key names) into a dict of Python names."""
     if isinstance(value, struct_type):
-        return {f: getattr(value, f) for f in struct_type.__struct_fields__}
+        return msgspec.structs.asdict(value)
     if not isinstance(value, Mapping):
-        raise InvalidRequestError(
-            f"{name} must be an asyncsearch.{struct_type.__name__} or a dict, "
-            f"got {type(value).__name__}"
-        )
-    wire_to_py = dict(
-        zip(struct_type.__struct_encode_fields__, struct_type.__struct_fields__, strict=True)
-    )
-    out: dict[str, object] = {}
-    for key, item in value.items():
-        py = key if key in struct_type.__struct_fields__ else wire_to_py.get(key)
-        if py is None:
-            allowed = ", ".join(struct_type.__struct_fields__)
+        raise _must_be(name, f"an asyncsearch.{struct_type.__name__} or a dict", value)
+    fields = struct_type.__struct_fields__
+    names = _wire_names(struct_type) | dict(zip(fields, fields, strict=True))
+    for key in value:
+        if key not in names:
+            allowed = ", ".join(fields)
             raise InvalidRequestError(f"{name} has an unknown key {key!r}; allowed: {allowed}")
-        out[py] = item
-    return out
+    return {names[key]: item for key, item in value.items()}
+
+
+def _wire_names(struct_type: type[msgspec.Struct]) -> dict[str, str]:
+    """Each field's wire name -> its Python name."""
+    return {field.encode_name: field.name for field in msgspec.structs.fields(struct_type)}
+
+
+def _known_fields(body: Mapping[str, Any], struct_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """The fields of ``struct_type`` set in a wire-named ``body``, by their Python names."""
+    names = _wire_names(struct_type)
+    return {names[key]: item for key, item in body.items() if key in names and item is not None}
 
 
 def _normalize_filters(name: str, value: object) -> SearchFilters:
-    raw = _fields_from(name, value, SearchFilters)
     checked: dict[str, Any] = {}
-    for key, item in raw.items():
+    for key, item in _fields_from(name, value, SearchFilters).items():
         if item is None:
             continue
-        label = f"{name}.{key}"
-        if key == "color":
-            checked[key] = _validate_list(label, item, int)
-        elif key in ("created_after", "created_before"):
-            checked[key] = _validate_timestamp(label, item)
+        if key in ("created_after", "created_before"):
+            checked[key] = _validate_timestamp(f"{name}.{key}", item)
         else:
-            checked[key] = _validate_list(label, item, str)
+            checked[key] = _validate_list(f"{name}.{key}", item, int if key == "color" else str)
     return SearchFilters(**checked)
 
 
 def _normalize_sort(value: object) -> Sort:
-    raw = _fields_from("sort", value, Sort)
-    sort_field = raw.get("field")
-    if not isinstance(sort_field, str) or not sort_field:
-        raise InvalidRequestError(f"sort.field must be a non-empty string, got {sort_field!r}")
-    order = raw.get("order")
-    if order is not None and (not isinstance(order, str) or not order):
-        raise InvalidRequestError(f"sort.order must be a non-empty string, got {order!r}")
-    return Sort(field=sort_field, order=order)
+    raw: dict[str, Any] = _fields_from("sort", value, Sort)
+    for key in ("field", "order"):
+        item = raw.get(key)
+        if (key == "field" or item is not None) and (not isinstance(item, str) or not item):
+            raise InvalidRequestError(f"sort.{key} must be a non-empty string, got {item!r}")
+    return Sort(**raw)
 
 
-def _normalize_query(index: int, value: object) -> SearchQuery:
-    name = f"queries[{index}]"
-    raw = _fields_from(name, value, SearchQuery)
-    return SearchQuery(
-        resource_id=_opt(raw.get("resource_id"), lambda v: validate_id(f"{name}.resource_id", v)),
-        image=_opt(raw.get("image"), lambda v: _validate_image(f"{name}.image", v)),
-        text=_opt(raw.get("text"), lambda v: _validate_text(f"{name}.text", v)),
-        filters=_opt(raw.get("filters"), lambda v: _normalize_filters(f"{name}.filters", v)),
-        precision=_opt(raw.get("precision"), lambda v: _validate_precision(f"{name}.precision", v)),
-    )
+#: The checks of the fields a search and each of its ``queries`` share, in the order they run.
+_QUERY_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "text": _validate_text,
+    "image": _validate_image,
+    "resource_id": validate_id,
+    "filters": _normalize_filters,
+    "precision": _validate_precision,
+}
+
+
+def _check_query_fields(prefix: str, raw: Mapping[str, object]) -> dict[str, Any]:
+    return {
+        key: check(prefix + key, raw[key])
+        for key, check in _QUERY_CHECKS.items()
+        if raw.get(key) is not None
+    }
 
 
 def _normalize_queries(value: object) -> list[SearchQuery]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
-        raise InvalidRequestError(f"queries must be a list, got {type(value).__name__}")
-    return [_normalize_query(i, q) for i, q in enumerate(value)]
+        raise _must_be("queries", "a list", value)
+    return [
+        SearchQuery(
+            **_check_query_fields(f"queries[{i}].", _fields_from(f"queries[{i}]", q, SearchQuery))
+        )
+        for i, q in enumerate(value)
+    ]
 
 
 def _opt(value: object, check: Callable[[object], T]) -> T | None:
@@ -339,23 +282,22 @@ _extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
 _link_preview_decoder = msgspec.json.Decoder(LinkPreview)
 _webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
 _webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
-_encoder = msgspec.json.Encoder()
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     """Decode a success body with a typed decoder; any mismatch is a ``ResponseValidationError``."""
-    if not body:
-        raise ResponseValidationError("the response body is empty", path=None, body=body)
     try:
-        return decoder.decode(body)
+        if body:
+            return decoder.decode(body)
+        problem = "is empty"
     except msgspec.ValidationError as exc:
         match = re.fullmatch(r"(.*) - at `(\$[^`]*)`", str(exc), flags=re.DOTALL)
         reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
-        message = f"the response body does not fit {_type_name(decoder)} at {path}: {reason}"
+        fits = getattr(decoder.type, "__name__", str(decoder.type))
+        message = f"the response body does not fit {fits} at {path}: {reason}"
         raise ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
-        message = f"the response body is not valid JSON: {exc}"
-        raise ResponseValidationError(message, path=None, body=body) from None
+        problem = f"is not valid JSON: {exc}"
     except UnicodeDecodeError as exc:
         # msgspec reports invalid UTF-8 inside a string as the bare codec error. It holds the
         # whole body, so it is raised outside this block, where it is not kept as __context__.
@@ -363,10 +305,6 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     except RecursionError:
         problem = "is JSON nested deeper than the decoder can follow"
     raise ResponseValidationError(f"the response body {problem}", path=None, body=body)
-
-
-def _type_name(decoder: msgspec.json.Decoder[Any]) -> str:
-    return getattr(decoder.type, "__name__", str(decoder.type))
 
 
 def _parse_search_page(body: bytes) -> SearchPage:
@@ -416,20 +354,8 @@ def search_page_continues(body: bytes) -> bool:
         return False
 
 
-def _parse_extraction_job(body: bytes) -> ExtractionJob:
-    return decode_body(_extraction_job_decoder, body)
-
-
-def _parse_link_preview(body: bytes) -> LinkPreview:
-    return decode_body(_link_preview_decoder, body)
-
-
 def _parse_webhook_log_list(body: bytes) -> list[WebhookLogSummary]:
     return decode_body(_webhook_log_list_decoder, body).items
-
-
-def _parse_webhook_log(body: bytes) -> WebhookLog:
-    return decode_body(_webhook_log_decoder, body)
 
 
 # Declared once for every search method: with ``text`` (positional) and ``page``
@@ -483,28 +409,17 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
             page_size=_opt(page_size, lambda v: check_int("page_size", v, minimum=1)),
         )
     body = SearchRequest(
-        text=_opt(text, lambda v: _validate_text("text", v)),
-        image=_opt(params.get("image"), lambda v: _validate_image("image", v)),
-        resource_id=_opt(params.get("resource_id"), lambda v: validate_id("resource_id", v)),
-        filters=_opt(params.get("filters"), lambda v: _normalize_filters("filters", v)),
-        precision=_opt(params.get("precision"), lambda v: _validate_precision("precision", v)),
+        **_check_query_fields("", {"text": text, **params}),
         queries=queries,
         incognito=incognito,
         pagination=pagination,
         sort=_opt(params.get("sort"), _normalize_sort),
     )
     try:
-        encoded = _encoder.encode(body)
+        encoded = msgspec.json.encode(body)
     except UnicodeEncodeError as exc:
         raise _not_utf8("the search request", exc) from None
-    return Request(
-        method="POST",
-        target="/v2/search",
-        body=encoded,
-        parse=_parse_search_page,
-        endpoint="search",
-        idempotent=incognito is True,
-    )
+    return Request("POST", "/v2/search", encoded, _parse_search_page, "search", incognito is True)
 
 
 def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
@@ -515,9 +430,7 @@ def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
 
 def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
     bad = exc.object[exc.start : exc.end]
-    return InvalidRequestError(
-        f"{name} holds {bad!r}, which cannot be sent as UTF-8 ({exc.reason})"
-    )
+    return InvalidRequestError(f"{name} holds {bad!r}, which UTF-8 cannot encode ({exc.reason})")
 
 
 def get_extraction(
@@ -528,7 +441,7 @@ def get_extraction(
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
     if check_extraction_format(format) is not None:
         target += f"?format={format}"
-    return Request("GET", target, None, _parse_extraction_job, "extract")
+    return Request("GET", target, None, partial(decode_body, _extraction_job_decoder), "extract")
 
 
 def check_extraction_format(format: object) -> ExtractionFormat | None:
@@ -547,7 +460,7 @@ def _check_choice(name: str, value: object, choices: tuple[T, ...]) -> T | None:
 def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPreview]:
     """Build ``GET /v2/link``; the URL is sent unchanged, percent-encoded as a query value."""
     if not isinstance(url, str):
-        raise InvalidRequestError(f"url must be a string, got {url.__class__.__name__}")
+        raise _must_be("url", "a string", url)
     if not url:
         raise InvalidRequestError("url must not be empty")
     try:
@@ -556,7 +469,7 @@ def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPrevi
         raise _not_utf8("url", exc) from None
     if _check_choice("type", type, _LINK_TYPES) is not None:
         target += f"&type={type}"
-    return Request("GET", target, None, _parse_link_preview, "link")
+    return Request("GET", target, None, partial(decode_body, _link_preview_decoder), "link")
 
 
 def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary]]:
@@ -570,33 +483,31 @@ def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary
 def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[WebhookLog]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs/{logId}``."""
     job, log = validate_id("job_id", job_id), validate_id("log_id", log_id)
-    return Request(
-        "GET", f"/v2/extract/{job}/webhook-logs/{log}", None, _parse_webhook_log, "webhook_log"
-    )
+    parse = partial(decode_body, _webhook_log_decoder)
+    return Request("GET", f"/v2/extract/{job}/webhook-logs/{log}", None, parse, "webhook_log")
 
 
 # ---------------------------------------------------------------------------------------------
 # Images
 # ---------------------------------------------------------------------------------------------
 
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"BM", "image/bmp"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-    (b"\x00\x00\x01\x00", "image/x-icon"),
+# File signatures (a "." is any byte): the images', then those of common files that are not
+# images, named in the error when one is given.
+_SIGNATURES = (
+    (rb"\x89PNG\r\n\x1a\n", "image/png"),
+    (rb"\xff\xd8\xff", "image/jpeg"),
+    (rb"GIF8[79]a", "image/gif"),
+    (rb"BM", "image/bmp"),
+    (rb"II\*\x00|MM\x00\*", "image/tiff"),
+    (rb"\x00\x00\x01\x00", "image/x-icon"),
+    (rb"RIFF....WEBP", "image/webp"),
+    (rb"....ftypavi[fs]", "image/avif"),
+    (rb"....ftypheic", "image/heic"),
+    (rb"%PDF-", "application/pdf"),
+    (rb"PK\x03\x04", "application/zip"),
+    (rb"\x1f\x8b", "application/gzip"),
+    (rb"\x7fELF", "application/x-executable"),
 )
-# Signatures of common files that are not images, named in the error when one is given.
-_NOT_IMAGE_MAGIC = (
-    (b"%PDF-", "application/pdf"),
-    (b"PK\x03\x04", "application/zip"),
-    (b"\x1f\x8b", "application/gzip"),
-    (b"\x7fELF", "application/x-executable"),
-)
-_HEIF_BRANDS = {b"avif": "image/avif", b"avis": "image/avif", b"heic": "image/heic"}
 
 
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
@@ -620,17 +531,15 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
         except OSError as exc:
             raise InvalidRequestError(f"cannot read image file {filename!r}: {exc}") from exc
     else:
-        raise InvalidRequestError(
-            f"source must be bytes or a file path, got {type(source).__name__}"
-        )
+        raise _must_be("source", "bytes or a file path", source)
     if not data:
         raise InvalidRequestError("the image is empty")
     if mime is None:
         mime = _sniff_mime(data, filename)
-    if not re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime):
-        raise InvalidRequestError(f"mime must look like 'image/png', got {mime!r}")
-    if not mime.lower().startswith("image/"):
-        raise InvalidRequestError(f"mime must be an image type (image/...), got {mime!r}")
+    if not (re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime) and mime.lower().startswith("image/")):
+        raise InvalidRequestError(
+            f"mime must look like 'image/png': an image type (image/...), got {mime!r}"
+        )
     prefix = f"data:{mime};base64,"
     length = len(prefix) + 4 * math.ceil(len(data) / 3)
     if length > MAX_IMAGE_LENGTH:
@@ -642,29 +551,21 @@ def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None =
 
 
 def _sniff_mime(data: bytes, filename: str | None) -> str:
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
-        return _HEIF_BRANDS[data[8:12]]
     what = repr(filename) if filename is not None else "the data"
-    for magic, other in _NOT_IMAGE_MAGIC:
-        if data.startswith(magic):
-            raise InvalidRequestError(f"{what} is not an image: its content is {other}")
-    if filename is not None:
-        guessed, _ = mimetypes.guess_type(filename)
-        if guessed is not None:
-            if not guessed.startswith("image/"):
-                raise InvalidRequestError(
-                    f"{what} is not an image: its extension says {guessed}; "
-                    "pass mime='image/...' if it really is one"
-                )
-            return guessed
-    raise InvalidRequestError(
-        f"cannot tell whether {what} is an image (no known image signature); pass mime='image/...'"
-    )
+    mime = next((mime for magic, mime in _SIGNATURES if re.match(magic, data, re.DOTALL)), None)
+    told_by = "its content is"
+    if mime is None and filename is not None:
+        mime, told_by = mimetypes.guess_type(filename)[0], "its extension says"
+    if mime is None:
+        raise InvalidRequestError(
+            f"cannot tell whether {what} is an image (no known image signature); "
+            "pass mime='image/...'"
+        )
+    if not mime.startswith("image/"):
+        raise InvalidRequestError(
+            f"{what} is not an image: {told_by} {mime}; pass mime='image/...' if it really is one"
+        )
+    return mime
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,7 +576,7 @@ _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhos
 
 
 def _is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower()
+    # ``host`` is a urlsplit() hostname: lowercase, without an IPv6 address's brackets.
     if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
         return True
     try:
@@ -684,23 +585,11 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-#: What a URL path may hold as it is (RFC 3986 ``pchar`` and ``/``, besides letters and digits).
-_PATH_SAFE = "/:@!$&'()*+,;=-._~"
-_PERCENT_ESCAPE = re.compile(r"(%[0-9A-Fa-f]{2})")
-
-
-def _encode_path(path: str) -> str:
-    """``path`` with every character a URL path cannot hold percent-encoded as UTF-8.
-
-    ``%XX`` escapes already there are kept, and a ``%`` that starts no escape becomes ``%25``.
-    """
-    # Keeping the escapes sends an encoded prefix exactly as given: encoding an encoded path
-    # changes nothing.
-    pieces = _PERCENT_ESCAPE.split(path)
-    # split() with one group: the escapes are at the odd indexes.
-    return "".join(
-        piece if i % 2 else quote(piece, safe=_PATH_SAFE) for i, piece in enumerate(pieces)
-    )
+#: What a URL path may hold as it is (RFC 3986 ``pchar`` and ``/``, besides letters and digits),
+#: and ``%``: the ``%XX`` escapes already there are kept, so that encoding an encoded path
+#: changes nothing; a ``%`` that starts no escape is made ``%25`` first.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def check_base_url(base_url: object, *, allow_http: bool) -> str:
@@ -734,11 +623,10 @@ def check_base_url(base_url: object, *, allow_http: bool) -> str:
             "internationalised domain name in its IDNA form (xn--...)"
         )
     try:
-        path = _encode_path(parts.path.rstrip("/"))
+        # Percent-encoded as UTF-8: whatever a URL path cannot hold as it is.
+        path = quote(_STRAY_PERCENT.sub("%25", parts.path.rstrip("/")), safe=_PATH_SAFE)
     except UnicodeEncodeError:
-        raise ConfigurationError(
-            "base_url's path is not valid Unicode (a lone surrogate)"
-        ) from None
+        raise ConfigurationError("base_url's path is not valid Unicode: a lone surrogate") from None
     # Over plain http to another host, the key would cross the network in the clear.
     if parts.scheme == "http" and not allow_http and not _is_loopback(host):
         raise ConfigurationError(
@@ -753,9 +641,9 @@ def _strip_userinfo(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid URL>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    if "@" in parts.netloc:
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return url
 
 
 #: Headers the client sets from its own options, which extra headers cannot replace.
@@ -780,6 +668,11 @@ MESSAGE_HEADERS = frozenset(
         "upgrade",
     }
 )
+#: Why each of those may not be set: the error's reason.
+_REFUSED_HEADERS = {
+    **dict.fromkeys(PROTECTED_HEADERS, "it comes from api_key or base_id (see with_options)"),
+    **dict.fromkeys(MESSAGE_HEADERS, "it frames or routes the message, which the client builds"),
+}
 # RFC 9110 5.1: a field name is a token (visible ASCII but delimiters); 5.5: a value holds no
 # CR, LF or NUL (other controls are obsolete but allowed, and aiohttp sends them as they are).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -787,7 +680,7 @@ _BAD_VALUE = re.compile(r"[\r\n\x00]")
 
 
 def check_extra_headers(
-    headers: object, *, name: str, error: type[AsyncSearchError]
+    headers: object, *, name: str, error: type[_errors.AsyncSearchError]
 ) -> dict[str, str]:
     """Return ``headers`` as a dict, or raise ``error`` for a bad or protected name or value.
 
@@ -805,16 +698,8 @@ def check_extra_headers(
                 "!#$%&'*+-.^_`|~ only, no spaces)"
             )
         lower = key.lower()
-        if lower in PROTECTED_HEADERS:
-            raise error(
-                f"{name} cannot set {key}: the key and the base come from the client's api_key "
-                "and base_id (use with_options to change them)"
-            )
-        if lower in MESSAGE_HEADERS:
-            raise error(
-                f"{name} cannot set {key}: it frames or routes the message, which the client "
-                "builds itself from the request"
-            )
+        if lower in _REFUSED_HEADERS:
+            raise error(f"{name} cannot set {key}: {_REFUSED_HEADERS[lower]}")
         if lower in seen:
             raise error(f"{name} names one header twice: {seen[lower]!r} and {key!r}")
         seen[lower] = key
@@ -836,10 +721,7 @@ def encode_extra_query(query: object) -> tuple[tuple[str, str], ...]:
         if isinstance(value, bool):
             value = "true" if value else "false"
         elif not isinstance(value, str | int | float):
-            raise InvalidRequestError(
-                f"extra_query: {key!r} must be a str, int, float or bool, "
-                f"got {type(value).__name__}"
-            )
+            raise _must_be(f"extra_query: {key!r}", "a str, int, float or bool", value)
         try:
             pairs.append((quote(key, safe=""), quote(str(value), safe="")))
         except UnicodeEncodeError as exc:
@@ -890,19 +772,6 @@ def with_extras(
     return msgspec.structs.replace(request, target=target, body=new_body, idempotent=idempotent)
 
 
-#: The fields of a search body that ``search`` has arguments for: wire name -> argument name.
-_SEARCH_ARGUMENTS = {
-    "text": "text",
-    "image": "image",
-    "resourceId": "resource_id",
-    "filters": "filters",
-    "precision": "precision",
-    "queries": "queries",
-    "incognito": "incognito",
-    "sort": "sort",
-}
-
-
 def check_search_body(body: Mapping[str, Any]) -> bool:
     """Check a search body (wire names) as ``search`` checks its arguments; True if incognito.
 
@@ -910,21 +779,18 @@ def check_search_body(body: Mapping[str, Any]) -> bool:
     checks an argument would (text length, precision, ``pagination.pageSize`` >= 1, ...).
     Raises ``InvalidRequestError`` naming ``extra_body``.
     """
-    params: dict[str, Any] = {
-        name: body[wire] for wire, name in _SEARCH_ARGUMENTS.items() if body.get(wire) is not None
-    }
-    pagination = body.get("pagination")
+    # The fields ``search`` has arguments for, with pagination's in place of ``pagination``.
+    params = _known_fields(body, SearchRequest)
+    pagination = params.pop("pagination", None)
     try:
         if pagination is not None:
             if not isinstance(pagination, Mapping):
                 raise InvalidRequestError(f"pagination must be an object, got {pagination!r}")
-            for wire, name in (("page", "page"), ("pageSize", "page_size")):
-                if pagination.get(wire) is not None:
-                    params[name] = pagination[wire]
-        search(**params)
+            params.update(_known_fields(pagination, Pagination))
+        # Idempotent when the body's ``incognito`` is true.
+        return search(**params).idempotent
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"extra_body makes the search invalid: {exc.message}") from None
-    return body.get("incognito") is True
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
@@ -950,12 +816,10 @@ def build_headers(
     }
     for key, value in (extra or {}).items():
         lower = key.lower()
-        if lower in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
-            continue
-        # One name once: an extra header replaces the default of the same name in any case.
-        for default in [name for name in headers if name.lower() == lower]:
-            del headers[default]
-        headers[key] = value
+        if lower not in PROTECTED_HEADERS:  # refused earlier, by check_extra_headers
+            # One name once: an extra header replaces the default of the same name in any case.
+            headers = {name: item for name, item in headers.items() if name.lower() != lower}
+            headers[key] = value
     if has_body:
         headers["Content-Type"] = "application/json"
     headers["X-Api-Key"] = api_key
@@ -965,19 +829,10 @@ def build_headers(
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
+    # urlsplit() lowercases the scheme and the hostname.
     parts = urlsplit(url)
-    port = parts.port
-    if port is None:
-        port = {"http": 80, "https": 443}.get(parts.scheme)
-    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
-
-
-def same_origin(a: str, b: str) -> bool:
-    """True when two absolute URLs share scheme, host and port."""
-    try:
-        return _origin(a) == _origin(b)
-    except ValueError:
-        return False
+    port = parts.port if parts.port is not None else {"http": 80, "https": 443}.get(parts.scheme)
+    return (parts.scheme, parts.hostname or "", port)
 
 
 def redirect_target(current_url: str, location: str) -> str | None:
@@ -988,10 +843,11 @@ def redirect_target(current_url: str, location: str) -> str | None:
     try:
         target = urljoin(current_url, location.strip())
         parts = urlsplit(target)
+        # Same origin (scheme, host and port) only, so that ``X-Api-Key`` never goes elsewhere.
+        same_origin = _origin(current_url) == _origin(target)
     except ValueError:
         return None
-    # Same origin only, so that ``X-Api-Key`` never goes anywhere else.
-    if parts.username is not None or "@" in parts.netloc or not same_origin(current_url, target):
+    if parts.username is not None or "@" in parts.netloc or not same_origin:
         return None
     return urlunsplit(parts._replace(fragment=""))
 
@@ -1001,22 +857,20 @@ def redirect_target(current_url: str, location: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 _STATUS_ERRORS: dict[int, type[APIStatusError]] = {
-    400: BadRequestError,
-    401: AuthenticationError,
-    403: PermissionDeniedError,
-    404: NotFoundError,
-    409: ConflictError,
-    422: UnprocessableEntityError,
-    429: RateLimitError,
+    400: _errors.BadRequestError,
+    401: _errors.AuthenticationError,
+    403: _errors.PermissionDeniedError,
+    404: _errors.NotFoundError,
+    409: _errors.ConflictError,
+    422: _errors.UnprocessableEntityError,
+    429: _errors.RateLimitError,
 }
 _MAX_ERROR_TEXT = 4096
 
 
 def redact(text: str, secret: str | None) -> str:
     """Replace every occurrence of ``secret`` in ``text``."""
-    if secret and secret in text:
-        return text.replace(secret, "[redacted]")
-    return text
+    return text.replace(secret, "[redacted]") if secret else text
 
 
 def _error_body(body: bytes, secret: str | None) -> Any:
@@ -1024,24 +878,20 @@ def _error_body(body: bytes, secret: str | None) -> Any:
         return None
     text = redact(body[:_MAX_ERROR_TEXT].decode("utf-8", "replace"), secret)
     if len(body) <= _MAX_ERROR_TEXT:
-        try:
+        with suppress(msgspec.DecodeError):
             return msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            pass
     return text
 
 
 def _error_detail(body: Any) -> str:
-    if isinstance(body, dict):
-        for key in ("message", "detail", "error", "title"):
-            value = body.get(key)
-            if isinstance(value, dict):
-                return _error_detail(value)
-            if isinstance(value, str) and value:
-                return value[:300]
-        return ""
     if isinstance(body, str):
         return " ".join(body.split())[:200]
+    for key in ("message", "detail", "error", "title") if isinstance(body, dict) else ():
+        value = body.get(key)
+        if isinstance(value, dict):
+            return _error_detail(value)
+        if isinstance(value, str) and value:
+            return value[:300]
     return ""
 
 
@@ -1056,18 +906,15 @@ def status_error(
 ) -> APIStatusError:
     """The typed error for a response that is not a success."""
     status = response.status
-    cls = _STATUS_ERRORS.get(status) or (InternalServerError if status >= 500 else APIStatusError)
+    default = _errors.InternalServerError if status >= 500 else APIStatusError
+    cls = _STATUS_ERRORS.get(status, default)
     body = _error_body(response.body, secret)
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Unknown Status"
+    phrase = responses.get(status, "Unknown Status")
     url = redact(_strip_userinfo(response.url), secret)
-    parts = [f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"]
+    message = f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"
     detail = reason or _error_detail(body)
     if detail:
-        parts.append(redact(detail, secret))
-    message = ": ".join(parts)
+        message += ": " + redact(detail, secret)
     error = cls(
         message,
         status_code=status,
@@ -1077,7 +924,7 @@ def status_error(
         url=url,
         attempts=attempts,
     )
-    if isinstance(error, RateLimitError):
+    if isinstance(error, _errors.RateLimitError):
         error.retry_after = retry_after
     rid = request_id(response.headers)
     error.request_id = None if rid is None else redact(rid, secret)
@@ -1092,14 +939,14 @@ def is_retryable_status(
     Only a status in ``statuses`` is; of those, 408, 429 and 503 are retried for every request,
     the others only for an ``idempotent`` one. Every other status is final.
     """
-    if status not in statuses:
-        return False
     # Other answers may come after the service acted on it (a 500 after the search was
     # recorded, a 502 or 504 from a gateway whose upstream did the work).
-    return idempotent or status in NOT_ACTED_ON_STATUSES
+    return status in statuses and (idempotent or status in NOT_ACTED_ON_STATUSES)
 
 
-def is_retryable_connection_error(error: APIConnectionError, *, idempotent: bool = True) -> bool:
+def is_retryable_connection_error(
+    error: _errors.APIConnectionError, *, idempotent: bool = True
+) -> bool:
     """Whether a failed attempt without an answer is worth another one.
 
     Retried for every request when ``error.request_sent`` is False (DNS, refused, connect
@@ -1120,18 +967,13 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     negative or signed number, other scripts' digits (``'\u0663'``), ``inf``, ``nan``,
     exponents, a number past the largest float, and an HTTP date that is not in the future.
     """
-    raw_ms = _header(headers, "retry-after-ms")
-    if raw_ms is not None:
-        millis = _delay_seconds(raw_ms)
-        if millis is not None:
-            return millis / 1000.0
-    raw = _header(headers, "retry-after")
-    if raw is None:
-        return None
+    millis = _delay_seconds(_header(headers, "retry-after-ms") or "")
+    if millis is not None:
+        return millis / 1000.0
+    raw = (_header(headers, "retry-after") or "").strip()
     seconds = _delay_seconds(raw)
     if seconds is not None:
         return seconds
-    raw = raw.strip()
     if not raw.isascii() or not raw:
         return None
     try:
@@ -1151,9 +993,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
     if value is None:
         # Plain dicts are case-sensitive; aiohttp's headers are not.
-        for key, item in headers.items():
-            if key.lower() == name:
-                return item
+        value = next((item for key, item in headers.items() if key.lower() == name), None)
     return value
 
 
