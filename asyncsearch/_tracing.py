@@ -26,7 +26,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from ._protocol import Request
-
-__all__ = ["NO_SPAN", "CallSpan", "LazySpan", "Tracing"]
 
 
 class Answer(Protocol):
@@ -61,6 +58,7 @@ ENV_TRACE_CONTENT = "ASYNCSEARCH_TRACE_CONTENT"
 #: so ``http.client.request.duration`` (one per request: aiohttp's instrumentation records it)
 #: would be the wrong name.
 OPERATION_DURATION = "asyncsearch.client.operation.duration"
+_DURATION_DESCRIPTION = "Duration of asyncsearch calls, retries and waits included."
 #: The conventions' bucket advice for ``http.client.request.duration``: a call is HTTP requests.
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 #: The conventions' stand-in for a value left out of ``url.full``.
@@ -102,19 +100,13 @@ def _get_histogram() -> Any:
             return None
         _metering = True
         meter = _metrics.get_meter("asyncsearch", __version__)
+        what = {"unit": "s", "description": _DURATION_DESCRIPTION}
         try:
             _histogram = meter.create_histogram(
-                OPERATION_DURATION,
-                unit="s",
-                description="Duration of asyncsearch calls, retries and waits included.",
-                explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+                OPERATION_DURATION, explicit_bucket_boundaries_advisory=_DURATION_BUCKETS, **what
             )
         except TypeError:  # opentelemetry-api before 1.23 takes no bucket advice
-            _histogram = meter.create_histogram(
-                OPERATION_DURATION,
-                unit="s",
-                description="Duration of asyncsearch calls, retries and waits included.",
-            )
+            _histogram = meter.create_histogram(OPERATION_DURATION, **what)
     return _histogram
 
 
@@ -152,12 +144,7 @@ class CallSpan:
     def __enter__(self) -> CallSpan:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         return None
 
     @property
@@ -197,33 +184,32 @@ NO_SPAN = CallSpan()
 class _Timed(CallSpan):
     """A call that records its duration in the histogram (when ``metric`` is given) and no span."""
 
-    __slots__ = ("_ended", "_held", "_metric", "_started", "_stopped")
+    __slots__ = ("_end_time", "_ended", "_held", "_metric", "_started", "_stopped")
 
     def __init__(self, metric: dict[str, Any] | None) -> None:
         self._metric = metric
         self._started = time.perf_counter()
         self._stopped: float | None = None
+        self._end_time: int | None = None  # the span's end, in ns since the epoch, when held
         self._ended = False
         self._held = False
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._held and exc is None:
             self._stopped = time.perf_counter()
-            return
-        self.end(exc)
+            self._end_time = time.time_ns()
+        else:
+            self.end(exc)
 
     def hold(self) -> None:
         self._held = True
 
     def end(self, error: BaseException | None = None) -> None:
-        if self._ended:
-            return
-        self._ended = True
+        if not self._ended:
+            self._ended = True
+            self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
         self._record(error)
 
     def _record(self, error: BaseException | None) -> None:
@@ -239,33 +225,23 @@ class _Timed(CallSpan):
 
 
 class _Recording(_Timed):
-    __slots__ = ("_end_time", "_span", "_token")
+    __slots__ = ("_span", "_token")
 
     def __init__(self, span: Span, metric: dict[str, Any] | None) -> None:
         super().__init__(metric)
         self._span = span
         self._token: object = None
-        self._end_time: int | None = None
 
     def __enter__(self) -> CallSpan:
         # Current while the request runs: spans of an instrumented aiohttp nest under it.
         self._token = _context.attach(_trace.set_span_in_context(self._span))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._token is not None:
             _context.detach(self._token)
             self._token = None
-        if self._held and exc is None:
-            self._end_time = time.time_ns()
-            self._stopped = time.perf_counter()
-            return
-        self.end(exc)
+        super().__exit__(exc_type, exc, tb)
 
     @property
     def context(self) -> Context | None:
@@ -296,17 +272,11 @@ class _Recording(_Timed):
         if not self._ended:
             self._span.set_attribute(name, value)
 
-    def hold(self) -> None:
-        self._held = True
-
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         if not self._ended:
             self._span.add_event(name, attributes)
 
-    def end(self, error: BaseException | None = None) -> None:
-        if self._ended:
-            return
-        self._ended = True
+    def _finish(self, error: BaseException | None) -> None:
         span = self._span
         if error is not None:
             # Only names and numbers: a message may quote what the caller sent.
