@@ -20,26 +20,6 @@ from ._tracing import ENV_TRACE_CONTENT, Tracing
 if TYPE_CHECKING:
     from ._protocol import Request
 
-__all__ = [
-    "DEFAULT_MAX_REDIRECTS",
-    "DEFAULT_MAX_RESPONSE_BYTES",
-    "DEFAULT_MAX_RETRY_AFTER",
-    "DEFAULT_RETRY",
-    "DEFAULT_TIMEOUT",
-    "NOT_GIVEN",
-    "NO_TIMEOUT",
-    "ClientMiddleware",
-    "NotGiven",
-    "OptionChanges",
-    "Options",
-    "RequestOptions",
-    "RetryPolicy",
-    "SearchOptions",
-    "SearchRetryPolicy",
-    "Timeout",
-    "check_number",
-]
-
 T = TypeVar("T")
 
 
@@ -351,26 +331,22 @@ class Options:
             return self
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         retry_changes: dict[str, Any] = {}
-        for name, value in changes.items():
-            if name not in allowed:
-                raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
-            try:
-                if name in _RETRY_SHORTHANDS:
-                    if not isinstance(value, NotGiven):
-                        retry_changes[name] = value  # over ``retry``, whatever the order
-                    continue
-                values[_CALL_FIELDS.get(name, name)] = _check(name, value, self, error, function)
-            except ConfigurationError as exc:
-                if error is ConfigurationError:
-                    raise
-                raise error(exc.message) from None
-        if retry_changes:
-            try:
+        try:
+            for name, value in changes.items():
+                if name not in allowed:
+                    raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+                if name not in _RETRY_SHORTHANDS:
+                    values[_CALL_FIELDS.get(name, name)] = _check(
+                        name, value, self, error, function
+                    )
+                elif not isinstance(value, NotGiven):
+                    retry_changes[name] = value  # over ``retry``, whatever the order
+            if retry_changes:
                 values["retry"] = replace(values["retry"], **retry_changes)
-            except ConfigurationError as exc:
-                if error is ConfigurationError:
-                    raise
-                raise error(exc.message) from None
+        except ConfigurationError as exc:
+            if error is ConfigurationError:
+                raise
+            raise error(exc.message) from None
         if "base_url" in changes or "allow_http" in changes:
             values["base_url"] = protocol.check_base_url(
                 values["base_url"], allow_http=values["allow_http"]
