@@ -39,8 +39,6 @@ from ._errors import (
 from ._protocol import Response, redact, redirect_target, request_id, status_error
 from ._version import __version__
 
-__all__ = ["USER_AGENT", "Transport"]
-
 USER_AGENT = (
     f"asyncsearch/{__version__} Python/{sys.version_info.major}.{sys.version_info.minor}."
     f"{sys.version_info.micro} aiohttp/{aiohttp.__version__}"
@@ -118,7 +116,8 @@ class Transport:
         if session is not None and not isinstance(session, aiohttp.ClientSession):
             raise ConfigurationError("session must be an aiohttp.ClientSession")
         self._session = session
-        self._owns_session = session is None
+        #: True when the session is this transport's own (no ``session=`` was passed).
+        self.owns_session = session is None
         self._max_connections = max_connections
         self._trust_env = trust_env
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,32 +127,21 @@ class Transport:
         # its own queue against ``connect`` and ``total``) and ``total`` starts only once the
         # attempt has a connection. The connector has the same limit: it never has to queue.
         # (An asyncio.Semaphore binds to the loop that first waits on it, not to this one.)
-        self._pool = asyncio.Semaphore(max_connections) if session is None else None
-
-    @property
-    def pool(self) -> asyncio.Semaphore | None:
-        """The free connections of the pool this transport owns; None for a caller's session.
-
-        A bulk call's gate takes its connections here (see ``send(queued=True)``).
-        """
-        return self._pool
+        # None for a caller's session. A bulk call's gate takes its connections here (see
+        # ``send(queued=True)``).
+        self.pool = asyncio.Semaphore(max_connections) if session is None else None
 
     @property
     def closed(self) -> bool:
         """True once ``aclose`` was called (or a passed-in session was closed)."""
         return self._closed or (
-            not self._owns_session and self._session is not None and self._session.closed
+            not self.owns_session and self._session is not None and self._session.closed
         )
-
-    @property
-    def owns_session(self) -> bool:
-        """True when the session is this transport's own (no ``session=`` was passed)."""
-        return self._owns_session
 
     @property
     def pool_size(self) -> int | None:
         """How many requests this transport sends at once at most; None when unbounded."""
-        if self._owns_session:
+        if self.owns_session:
             return self._max_connections
         assert self._session is not None
         connector = self._session.connector
@@ -196,7 +184,7 @@ class Transport:
         session was made in.
         """
         session = self._session
-        owned_open = session is not None and self._owns_session and not session.closed
+        owned_open = session is not None and self.owns_session and not session.closed
         # The session's connections belong to its loop and can only be closed from it.
         if owned_open and running_loop() is not self._loop:
             gone = self._loop is not None and self._loop.is_closed()
@@ -239,7 +227,7 @@ class Transport:
         loop, and ``ClientClosedError`` when the client is (or gets) closed.
         """
         session = self._get_session()
-        pool = None if queued else self._pool
+        pool = None if queued else self.pool
         if pool is not None:
             await self._wait_for_pool(pool, timeout.pool)
         try:
