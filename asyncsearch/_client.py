@@ -754,7 +754,7 @@ class AsyncSearchClient(AsyncClosing):
         request. Raises ``InvalidRequestError`` at once for bad arguments and a single id (a
         ``str``, ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
-        fan = {"ordered": ordered, "on_progress": on_progress}
+        fan = (ordered, on_progress)
         return self._bulk("iter_extractions", job_ids, concurrency, format, options, fan)
 
     async def gather_extractions(
@@ -777,7 +777,7 @@ class AsyncSearchClient(AsyncClosing):
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head),
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
         # nothing is gained by waking this task once per result as iter_extractions must.
-        fan = {"ordered": False, "on_progress": on_progress}
+        fan = (False, on_progress)
         results = self._bulk("gather_extractions", job_ids, concurrency, format, options, fan)
         return await results._gather()
 
@@ -788,7 +788,7 @@ class AsyncSearchClient(AsyncClosing):
         concurrency: int,
         format: ExtractionFormat | None,
         options: Mapping[str, Any],
-        fan: Mapping[str, Any],
+        fan: tuple[bool, Callable[[int, int | None], object] | None],
     ) -> ExtractionResults[Id]:
         """The results of a bulk call: ``get_extraction`` of every id, under one span."""
         _check_job_ids(job_ids)
@@ -834,7 +834,15 @@ class AsyncSearchClient(AsyncClosing):
             counts["asyncsearch.bulk.failed"] += 1
             return ExtractionFailure(job_id=job_id, error=error)
 
-        outcomes = limited_fan_out(fetch, job_ids, pressure, stop_on=ClientClosedError, **fan)
+        ordered, on_progress = fan
+        outcomes = limited_fan_out(
+            fetch,
+            job_ids,
+            pressure,
+            stop_on=ClientClosedError,
+            ordered=ordered,
+            on_progress=on_progress,
+        )
         return ExtractionResults(outcomes, span)
 
     async def wait_for_extraction(
