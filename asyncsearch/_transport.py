@@ -352,7 +352,17 @@ async def _response(
             exc.request_id = request_id(scrub_headers(resp.headers, secret))
             raise
     else:
-        content = await _read_error_body(resp, min(limit, _ERROR_BODY_LIMIT), decompress_here)
+        # An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut,
+        # and one in an unknown or corrupt encoding is dropped, so the status still decides (a
+        # 5xx is still retried). A connection that fails while it is read is still an error.
+        try:
+            content = await _read_body(resp, min(limit, _ERROR_BODY_LIMIT), decompress_here, True)
+        except AsyncSearchError:  # raised by the decoding in _read_body: only the message is lost
+            content = b""
+        except aiohttp.ClientPayloadError as exc:
+            if not isinstance(exc.__cause__, http_exceptions.ContentEncodingError):
+                raise
+            content = b""  # the caller's inflating session could not decode it
     # The headers as received: the client scrubs them where they leave it (APIResponse.headers,
     # errors), so a bulk fetch, which never looks at them, does not pay for it.
     return Response(
@@ -364,30 +374,8 @@ async def _response(
     )
 
 
-async def _read_error_body(
-    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool
-) -> bytes:
-    """The first ``limit`` bytes of an error body, or ``b""`` when it cannot be decoded.
-
-    A connection that fails while the body is read is still a connection error.
-    """
-    # An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut, and
-    # one in an unknown or corrupt encoding is dropped, so the status still decides (a 5xx is
-    # still retried).
-    try:
-        return await _read_body(resp, limit, decompress_here, cut=True)
-    except AsyncSearchError:
-        # Raised by the decoding in _read_body itself: only the message is lost.
-        return b""
-    except aiohttp.ClientPayloadError as exc:
-        if isinstance(exc.__cause__, http_exceptions.ContentEncodingError):
-            # The caller's inflating session could not decode it.
-            return b""
-        raise
-
-
 async def _read_body(
-    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, *, cut: bool = False
+    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, cut: bool = False
 ) -> bytes:
     """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
 
@@ -398,7 +386,7 @@ async def _read_body(
     # nothing.
     sent = resp.headers.get("Content-Encoding", "")
     encoding = sent.strip().lower()
-    decompressor = None
+    inflate = None
     if encoding in ("", "identity"):
         declared = resp.content_length
         if declared is not None:
@@ -407,22 +395,36 @@ async def _read_body(
                 return await resp.read()
             if not cut:
                 raise _too_large(limit)
-    elif not decompress_here:
-        if not (sent.isascii() and sent.lower() in _SESSION_INFLATES):
-            raise _unsupported_encoding(encoding)
-    elif encoding in ("gzip", "x-gzip", "deflate"):
+    elif decompress_here and encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.
-        decompressor = zlib.decompressobj(32 + zlib.MAX_WBITS)
-    else:
-        raise _unsupported_encoding(encoding)
-    body = _Body(limit, cut)
+        inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    elif decompress_here or not (sent.isascii() and sent.lower() in _SESSION_INFLATES):
+        raise ResponseValidationError(
+            f"the response uses an unsupported Content-Encoding {encoding!r}", path=None, body=b""
+        )
+    body = bytearray()
+    raw_deflate_tried = False
+    chunk = b""  # after the loop: the last chunk read, empty when there was none
     try:
-        if decompressor is not None:
-            return await _inflate(resp, body, decompressor, encoding)
         async for chunk in resp.content.iter_chunked(_CHUNK):
-            if body.add(chunk):
-                break
-        return body.join()
+            data = chunk
+            while inflate is not None:
+                try:
+                    # At most one byte past the limit: what is left of the chunk then (its
+                    # unconsumed_tail) is never needed, the body being too large already.
+                    data = inflate.decompress(chunk, limit - len(body) + 1)
+                    break
+                except zlib.error:
+                    if encoding != "deflate" or raw_deflate_tried or body:
+                        raise APIConnectionError(
+                            f"the response body is not valid {encoding} data"
+                        ) from None
+                    # Some servers send raw deflate without the zlib header.
+                    raw_deflate_tried = True
+                    inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+            body += data
+            if _past(body, limit, cut):
+                return bytes(body)
     except aiohttp.ClientPayloadError as exc:
         if isinstance(exc.__cause__, _SessionInflateLimitError):
             # A bomb that the caller's session stopped first: too large, not a broken connection.
@@ -431,71 +433,25 @@ async def _read_body(
                 limit=limit,
             ) from None
         raise
+    if inflate is not None:
+        body += inflate.flush()
+        if _past(body, limit, cut):
+            return bytes(body)
+        if chunk and not inflate.eof:
+            # A stream cut before its end: its checksum was never read, so the data is suspect.
+            raise APIConnectionError(f"the response body ended before its {encoding} data did")
+    return bytes(body)
 
 
-class _Body:
-    """The bytes of a body read so far: past ``limit`` refused, or with ``cut`` dropped."""
-
-    __slots__ = ("cut", "limit", "parts", "size")
-
-    def __init__(self, limit: int, cut: bool) -> None:
-        self.limit = limit
-        self.cut = cut
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def add(self, data: bytes) -> bool:
-        """Keep ``data``; True once the limit is reached (the rest is dropped)."""
-        if self.size + len(data) > self.limit:
-            if not self.cut:
-                raise _too_large(self.limit)
-            self.parts.append(data[: self.limit - self.size])
-            self.size = self.limit
-            return True
-        self.parts.append(data)
-        self.size += len(data)
+def _past(body: bytearray, limit: int, cut: bool) -> bool:
+    """True when ``body`` holds more than ``limit`` bytes, then cut to them (with ``cut``; else
+    ``ResponseTooLargeError``)."""
+    if len(body) <= limit:
         return False
-
-    def join(self) -> bytes:
-        return b"".join(self.parts)
-
-
-async def _inflate(
-    resp: aiohttp.ClientResponse, body: _Body, decompressor: Any, encoding: str
-) -> bytes:
-    """Inflate a gzip or deflate body into ``body``, never more than one byte past its limit."""
-    raw_deflate_tried = False
-    received = 0
-    async for chunk in resp.content.iter_chunked(_CHUNK):
-        received += len(chunk)
-        data = chunk
-        while data:
-            try:
-                out = decompressor.decompress(data, body.limit - body.size + 1)
-            except zlib.error:
-                if encoding == "deflate" and not raw_deflate_tried and body.size == 0:
-                    # Some servers send raw deflate without the zlib header.
-                    raw_deflate_tried = True
-                    decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
-                    continue
-                raise APIConnectionError(
-                    f"the response body is not valid {encoding} data"
-                ) from None
-            if body.add(out):
-                return body.join()
-            data = decompressor.unconsumed_tail
-    if body.add(decompressor.flush()):
-        return body.join()
-    if received and not decompressor.eof:
-        # A stream cut before its end: its checksum was never read, so the data is suspect.
-        raise APIConnectionError(f"the response body ended before its {encoding} data did")
-    return body.join()
-
-
-def _unsupported_encoding(encoding: str) -> ResponseValidationError:
-    return ResponseValidationError(
-        f"the response uses an unsupported Content-Encoding {encoding!r}", path=None, body=b""
-    )
+    if not cut:
+        raise _too_large(limit)
+    del body[limit:]
+    return True
 
 
 def _too_large(limit: int) -> ResponseTooLargeError:
