@@ -17,7 +17,7 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
 import yarl
@@ -52,13 +52,10 @@ _ERROR_BODY_LIMIT = 64 * 1024
 _SESSION_INFLATES = frozenset({"gzip", "deflate", "br", "zstd"})
 
 
-class _NeverRaised(Exception):
-    """Stands in for an aiohttp error that an older aiohttp does not have."""
-
-
-#: aiohttp 3.13+ refuses, in a session that inflates, to inflate one chunk past its own limit.
-_SessionInflateLimitError: type[Exception] = getattr(
-    http_exceptions, "DecompressSizeError", _NeverRaised
+#: aiohttp 3.13+ refuses, in a session that inflates, to inflate one chunk past its own limit
+#: (an older aiohttp has no such error: the empty tuple matches nothing).
+_SessionInflateLimitError: type[Exception] | tuple[()] = getattr(
+    http_exceptions, "DecompressSizeError", ()
 )
 
 
@@ -235,9 +232,17 @@ class Transport:
             # session.request) and ``elapsed`` start.
             return await _follow_redirects(
                 session,
-                _Attempt(method, url, body, headers, timeout, ssl, secret, middlewares),
-                max_response_bytes=max_response_bytes,
-                max_redirects=max_redirects,
+                method,
+                url,
+                body,
+                (max_response_bytes, max_redirects, secret),
+                # One per attempt, never shared: _Connector knows the attempt by it.
+                timeout=aiohttp.ClientTimeout(
+                    total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
+                ),
+                headers=headers,
+                ssl=ssl if ssl is not None else True,
+                middlewares=middlewares or None,
             )
         except AsyncSearchError:
             raise
@@ -268,37 +273,26 @@ class Transport:
             ) from None
 
 
-class _Attempt(NamedTuple):
-    """What one attempt sends, as ``Transport.send`` was given it."""
-
-    method: str
-    url: str
-    body: bytes | None
-    headers: Mapping[str, str]
-    timeout: Timeout
-    ssl: ssl_module.SSLContext | None
-    secret: str
-    middlewares: Sequence[aiohttp.ClientMiddlewareType]
-
-
 async def _follow_redirects(
     session: aiohttp.ClientSession,
-    attempt: _Attempt,
+    method: str,
+    url: str,
+    body: bytes | None,
+    limits: tuple[int, int, str],
     *,
-    max_response_bytes: int,
-    max_redirects: int,
+    timeout: aiohttp.ClientTimeout,
+    **options: Any,
 ) -> Response:
-    """Send the attempt, following same-origin redirects, and read the final response."""
-    timeout = attempt.timeout
-    # One per attempt, never shared: _Connector knows the attempt by it.
-    client_timeout = aiohttp.ClientTimeout(
-        total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
-    )
+    """Send the attempt, following same-origin redirects, and read the final response.
+
+    ``limits``: ``max_response_bytes``, ``max_redirects`` and the key (for scrubbing);
+    ``options`` go to ``session.request`` as they are.
+    """
+    max_response_bytes, max_redirects, secret = limits
     connector = session.connector
     attempts = connector.attempts if isinstance(connector, _Connector) else None
-    key = id(client_timeout)
+    key = id(timeout)
     started = time.monotonic()
-    url, method, body = attempt.url, attempt.method, attempt.body
     status = 0
     try:
         for _ in range(max_redirects + 1):
@@ -307,18 +301,16 @@ async def _follow_redirects(
             async with session.request(
                 method,
                 yarl.URL(url, encoded=True),
-                headers=attempt.headers,
                 data=body,
-                timeout=client_timeout,
+                timeout=timeout,
                 allow_redirects=False,
-                ssl=attempt.ssl if attempt.ssl is not None else True,
-                middlewares=attempt.middlewares or None,
+                **options,
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
                     body_limit = max_response_bytes, not session.auto_decompress
-                    return await _response(resp, url, started, body_limit, attempt.secret)
+                    return await _response(resp, url, started, body_limit, secret)
                 status = resp.status
                 resp.release()
                 if status == 303 or (status in (301, 302) and method == "POST"):
@@ -329,9 +321,9 @@ async def _follow_redirects(
             attempts.pop(key, None)
     raise status_error(
         Response(status=status, headers={}, body=b"", url=url),
-        method=attempt.method,
+        method=method,
         attempts=None,
-        secret=attempt.secret,
+        secret=secret,
         reason=f"more than {max_redirects} redirects (a redirect loop?)",
     )
 
@@ -518,11 +510,8 @@ def _translate(exc: Exception, secret: str) -> AsyncSearchError:
         return APITimeoutError(f"timed out waiting for data from the server: {detail}")
     if isinstance(exc, TimeoutError):
         return APITimeoutError(f"the request ran past its total timeout: {detail}")
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return APIConnectionError(
-            f"TLS failed: {detail}",
-            request_sent=not isinstance(exc, aiohttp.ClientConnectorError),
-        )
+    if isinstance(exc, aiohttp.ClientSSLError):  # a ClientConnectorError too
+        return APIConnectionError(f"TLS failed: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return APIConnectionError(f"connection failed: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.ClientPayloadError):
