@@ -140,12 +140,9 @@ class Transport:
         """How many requests this transport sends at once at most; None when unbounded."""
         if self.owns_session:
             return self._max_connections
-        assert self._session is not None
-        connector = self._session.connector
-        if connector is None:
-            return None
-        limits = [n for n in (connector.limit, connector.limit_per_host) if n]
-        return min(limits) if limits else None
+        connector = None if self._session is None else self._session.connector
+        limits = [n for n in (connector.limit, connector.limit_per_host) if n] if connector else []
+        return min(limits, default=None)
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
@@ -309,8 +306,8 @@ async def _follow_redirects(
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
-                    body_limit = max_response_bytes, not session.auto_decompress
-                    return await _response(resp, url, started, body_limit, secret)
+                    inflate = not session.auto_decompress
+                    return await _response(resp, url, started, max_response_bytes, inflate, secret)
                 status = resp.status
                 resp.release()
                 if status == 303 or (status in (301, 302) and method == "POST"):
@@ -329,17 +326,12 @@ async def _follow_redirects(
 
 
 async def _response(
-    resp: aiohttp.ClientResponse,
-    url: str,
-    started: float,
-    body_limit: tuple[int, bool],
-    secret: str,
+    resp: aiohttp.ClientResponse, url: str, started: float, limit: int, inflate: bool, secret: str
 ) -> Response:
-    """The final response of an attempt, its body read (``body_limit``: the cap, inflate here)."""
-    limit, decompress_here = body_limit
+    """The final response of an attempt, its body read (under ``limit``; ``inflate``: here)."""
     if 200 <= resp.status < 300:
         try:
-            content = await _read_body(resp, limit, decompress_here)
+            content = await _read_body(resp, limit, inflate)
         except AsyncSearchError as exc:  # too large, or an unknown encoding
             exc.request_id = request_id(scrub_headers(resp.headers, secret))
             raise
@@ -348,7 +340,7 @@ async def _response(
         # and one in an unknown or corrupt encoding is dropped, so the status still decides (a
         # 5xx is still retried). A connection that fails while it is read is still an error.
         try:
-            content = await _read_body(resp, min(limit, _ERROR_BODY_LIMIT), decompress_here, True)
+            content = await _read_body(resp, min(limit, _ERROR_BODY_LIMIT), inflate, True)
         except AsyncSearchError:  # raised by the decoding in _read_body: only the message is lost
             content = b""
         except aiohttp.ClientPayloadError as exc:
