@@ -287,14 +287,14 @@ async def _follow_redirects(
     """
     max_response_bytes, max_redirects, secret = limits
     connector = session.connector
-    attempts = connector.attempts if isinstance(connector, _Connector) else None
+    # A caller's session resends as aiohttp does: its count goes to a dict nobody reads.
+    attempts = connector.attempts if isinstance(connector, _Connector) else {}
     key = id(timeout)
     started = time.monotonic()
     status = 0
     try:
         for _ in range(max_redirects + 1):
-            if attempts is not None:
-                attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
+            attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
             async with session.request(
                 method,
                 yarl.URL(url, encoded=True),
@@ -314,8 +314,7 @@ async def _follow_redirects(
                     method, body = "GET", None
                 url = target
     finally:
-        if attempts is not None:
-            attempts.pop(key, None)
+        attempts.pop(key, None)
     raise status_error(
         Response(status=status, headers={}, body=b"", url=url),
         method=method,
@@ -468,11 +467,9 @@ def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
     """Response headers as received, unless the server echoed the key: then with it replaced."""
     # ``Transport.send`` returns the headers as received; the client calls this wherever they
     # leave it (``APIResponse.headers``, the errors it raises).
-    if not secret:
-        return headers
     # One search in the joined values instead of one per value; NUL cannot be part of a key
     # (the client refuses it), so no match can straddle two values.
-    if secret not in "\x00".join(headers.values()):
+    if not secret or secret not in "\x00".join(headers.values()):
         return headers
     return CIMultiDictProxy(CIMultiDict((k, redact(v, secret)) for k, v in headers.items()))
 
