@@ -177,10 +177,9 @@ class Transport:
         Raises ``ClientClosedError``, changing nothing, from another event loop than the one the
         session was made in.
         """
-        session = self._session
-        owned_open = session is not None and self.owns_session and not session.closed
+        session = self._session if self.owns_session else None
         # The session's connections belong to its loop and can only be closed from it.
-        if owned_open and running_loop() is not self._loop:
+        if session is not None and not session.closed and running_loop() is not self._loop:
             gone = self._loop is not None and self._loop.is_closed()
             raise ClientClosedError(
                 "aclose() was called from another event loop than the one the client was first "
@@ -189,9 +188,8 @@ class Transport:
             )
         self._closed = True
         self._session = None
-        if owned_open:
-            assert session is not None
-            await session.close()
+        if session is not None:
+            await session.close()  # does nothing when it is closed already
 
     async def send(
         self,
