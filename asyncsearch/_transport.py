@@ -230,7 +230,6 @@ class Transport:
                 method,
                 url,
                 body,
-                (max_response_bytes, max_redirects, secret),
                 # One per attempt, never shared: _Connector knows the attempt by it.
                 timeout=aiohttp.ClientTimeout(
                     total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
@@ -238,6 +237,9 @@ class Transport:
                 headers=headers,
                 ssl=ssl if ssl is not None else True,
                 middlewares=middlewares or None,
+                max_response_bytes=max_response_bytes,
+                max_redirects=max_redirects,
+                secret=secret,
             )
         except AsyncSearchError:
             raise
@@ -273,17 +275,19 @@ async def _follow_redirects(
     method: str,
     url: str,
     body: bytes | None,
-    limits: tuple[int, int, str],
     *,
     timeout: aiohttp.ClientTimeout,
-    **options: Any,
+    headers: Mapping[str, str],
+    ssl: ssl_module.SSLContext | bool,
+    middlewares: Sequence[aiohttp.ClientMiddlewareType] | None,
+    max_response_bytes: int,
+    max_redirects: int,
+    secret: str,
 ) -> Response:
     """Send the attempt, following same-origin redirects, and read the final response.
 
-    ``limits``: ``max_response_bytes``, ``max_redirects`` and the key (for scrubbing);
-    ``options`` go to ``session.request`` as they are.
+    ``secret`` is the key, scrubbed from what an error carries.
     """
-    max_response_bytes, max_redirects, secret = limits
     connector = session.connector
     # A caller's session resends as aiohttp does: its count goes to a dict nobody reads.
     attempts = connector.attempts if isinstance(connector, _Connector) else {}
@@ -299,7 +303,9 @@ async def _follow_redirects(
                 data=body,
                 timeout=timeout,
                 allow_redirects=False,
-                **options,
+                headers=headers,
+                ssl=ssl,
+                middlewares=middlewares,
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
@@ -337,7 +343,7 @@ async def _response(
         # and one in an unknown or corrupt encoding is dropped, so the status still decides (a
         # 5xx is still retried). A connection that fails while it is read is still an error.
         try:
-            content = await _read_body(resp, min(limit, _ERROR_BODY_LIMIT), inflate, True)
+            content = await _read_body(resp, min(limit, _ERROR_BODY_LIMIT), inflate, cut=True)
         except AsyncSearchError:  # raised by the decoding in _read_body: only the message is lost
             content = b""
         except aiohttp.ClientPayloadError as exc:
@@ -356,7 +362,7 @@ async def _response(
 
 
 async def _read_body(
-    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, cut: bool = False
+    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, *, cut: bool = False
 ) -> bytes:
     """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
 
