@@ -1,33 +1,32 @@
-"""The checks every layer shares, written once: integer arguments and "asyncio only"."""
+"""The checks every layer shares, written once: numeric arguments and "asyncio only"."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TypeGuard
+from typing import Any
 
 from ._errors import AsyncSearchError, ConfigurationError, InvalidRequestError
 
 
-def is_int(value: object) -> TypeGuard[int]:
-    """True for an ``int`` that is not a ``bool``."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_int(
+def check_number(
     name: str,
     value: object,
     *,
-    minimum: int,
-    maximum: int | None = None,
+    minimum: float,
+    maximum: float | None = None,
+    integer: bool = True,
     error: type[AsyncSearchError] = InvalidRequestError,
-) -> int:
-    """Return ``value``, an integer from ``minimum`` to ``maximum``, or raise ``error``."""
-    if not is_int(value):
-        raise error(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise error(f"{name} must be at least {minimum}, got {value}")
+) -> Any:
+    """``value``, an integer (any number unless ``integer``) from ``minimum`` to ``maximum``.
+
+    Else ``error`` (a bool is not a number here, and NaN is below every ``minimum``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+        raise error(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not value >= minimum:
+        raise error(f"{name} must be at least {minimum:g}, got {value!r}")
     if maximum is not None and value > maximum:
-        raise error(f"{name} must be at most {maximum}, got {value}")
+        raise error(f"{name} must be at most {maximum:g}, got {value!r}")
     return value
 
 

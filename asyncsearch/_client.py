@@ -43,7 +43,7 @@ import msgspec
 from . import _call
 from . import _protocol as protocol
 from ._call import APIResponse, Shared, send
-from ._checks import check_int
+from ._checks import check_number
 from ._concurrency import (
     AdaptiveConcurrency,
     AsyncClosing,
@@ -69,7 +69,6 @@ from ._config import (
     SearchOptions,
     SearchRetryPolicy,
     Timeout,
-    check_number,
 )
 from ._errors import (
     APIStatusError,
@@ -489,7 +488,7 @@ class AsyncSearchClient(AsyncClosing):
             if not api_key:
                 raise ConfigurationError(f"api_key is missing: pass api_key= or set {ENV_API_KEY}")
         base_url = os.environ.get(ENV_BASE_URL) if base_url is None else base_url
-        check_number("max_connections", max_connections, minimum=1, integer=True)
+        check_number("max_connections", max_connections, minimum=1, error=ConfigurationError)
         if not isinstance(trust_env, bool):
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
@@ -794,7 +793,7 @@ class AsyncSearchClient(AsyncClosing):
         _check_job_ids(job_ids)
         call = self._call(name, options)
         protocol.check_extraction_format(format)
-        check_int("concurrency", concurrency, minimum=1)
+        check_number("concurrency", concurrency, minimum=1)
         # The one gate of each request: more in flight than the pool has connections would
         # only queue for the pool, and the connections it holds it takes from the pool itself.
         transport = self._shared.transport

@@ -31,7 +31,7 @@ from typing import Any, Generic, Self, TypeVar, cast
 import anyio
 import msgspec
 
-from asyncsearch._checks import check_int, running_loop
+from asyncsearch._checks import check_number, running_loop
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
 T = TypeVar("T")
@@ -160,7 +160,7 @@ def fan_out(
         stops reading items, cancels the calls in flight and is raised from the iteration.
     :raises InvalidRequestError: at once, before anything starts, for bad arguments.
     """
-    check_int("concurrency", concurrency, minimum=1)
+    check_number("concurrency", concurrency, minimum=1)
     limit = AdaptiveConcurrency(concurrency)
     return limited_fan_out(
         func, items, limit, ordered=ordered, on_progress=on_progress, stop_on=stop_on
@@ -514,8 +514,8 @@ class AdaptiveConcurrency:
         increase_step: float = 1.0,
         pool: asyncio.Semaphore | None = None,
     ) -> None:
-        check_int("maximum", maximum, minimum=1, error=ConfigurationError)
-        check_int("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
+        check_number("maximum", maximum, minimum=1, error=ConfigurationError)
+        check_number("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
         self.maximum = maximum  # the highest the limit goes
         self._minimum = minimum
         self._decrease_factor = float(decrease_factor)
@@ -650,10 +650,10 @@ class RetryBudget:
         timeout_retry_cost: int = 10,
         success_refund: int = 1,
     ) -> None:
-        check_int("capacity", capacity, minimum=0, error=ConfigurationError)
-        check_int("retry_cost", retry_cost, minimum=0, error=ConfigurationError)
-        check_int("timeout_retry_cost", timeout_retry_cost, minimum=0, error=ConfigurationError)
-        check_int("success_refund", success_refund, minimum=0, error=ConfigurationError)
+        check_number("capacity", capacity, minimum=0, error=ConfigurationError)
+        check_number("retry_cost", retry_cost, minimum=0, error=ConfigurationError)
+        check_number("timeout_retry_cost", timeout_retry_cost, minimum=0, error=ConfigurationError)
+        check_number("success_refund", success_refund, minimum=0, error=ConfigurationError)
         self._capacity = capacity
         self._retry_cost = retry_cost
         self._timeout_retry_cost = timeout_retry_cost

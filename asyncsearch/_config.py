@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
 from . import _protocol as protocol
+from ._checks import check_number
 from ._errors import AsyncSearchError, ConfigurationError
 from ._tracing import ENV_TRACE_CONTENT, Tracing
 
@@ -151,10 +152,12 @@ class RetryPolicy:
     retry_search: SearchRetryPolicy = "safe"
 
     def __post_init__(self) -> None:
-        check_number("max_retries", self.max_retries, minimum=0, integer=True)
+        check_number("max_retries", self.max_retries, minimum=0, error=ConfigurationError)
         for name in ("base", "cap", "max_retry_after"):
-            value = getattr(self, name)
-            if not (check_number(name, value, minimum=0) < math.inf):
+            value = check_number(
+                name, getattr(self, name), minimum=0, integer=False, error=ConfigurationError
+            )
+            if value == math.inf:
                 raise ConfigurationError(f"{name} must be finite, got {value!r}")
         statuses: object = self.statuses
         if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
@@ -397,7 +400,7 @@ def _check(
         case "timeout":
             return Timeout.coerce(value)
         case "max_redirects":
-            return check_number(name, value, minimum=0, integer=True, error=error)
+            return check_number(name, value, minimum=0, error=error)
         case "retry":
             if not isinstance(value, RetryPolicy):
                 raise ConfigurationError(f"retry must be an asyncsearch.RetryPolicy, got {value!r}")
@@ -417,11 +420,9 @@ def _check(
                 return tuple(value)
             return (*old.middlewares, *value)  # a call's run after (inside) the client's
         case "max_response_bytes":
-            return check_number(name, value, minimum=1, integer=True, error=error)
+            return check_number(name, value, minimum=1, error=error)
         case "first_page":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigurationError(f"first_page must be an integer, got {value!r}")
-            return value
+            return check_number(name, value, minimum=-math.inf, error=error)
         case "headers" | "extra_headers":
             if value is None and name == "headers":
                 return {}
@@ -448,22 +449,6 @@ def _check_text(name: str, value: object) -> str:
         raise ConfigurationError(f"{name} must be a non-empty string")
     if any(c in value for c in "\r\n\x00"):
         raise ConfigurationError(f"{name} must not contain line breaks or NUL characters")
-    return value
-
-
-def check_number(
-    name: str,
-    value: object,
-    *,
-    minimum: float,
-    integer: bool = False,
-    error: type[AsyncSearchError] = ConfigurationError,
-) -> Any:
-    """``value`` if it is a number (an integer if ``integer``) >= ``minimum``; else ``error``."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not float(value) >= minimum:  # type: ignore[arg-type]
-        kind = "an integer" if integer else "a number"
-        raise error(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
     return value
 
 

@@ -27,7 +27,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import msgspec
 
 from . import _errors
-from ._checks import check_int
+from ._checks import check_number
 from ._errors import (
     APIStatusError,
     ConfigurationError,
@@ -405,8 +405,8 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
     pagination = None
     if page is not None or page_size is not None:
         pagination = Pagination(
-            page=_opt(page, lambda v: check_int("page", v, minimum=0)),
-            page_size=_opt(page_size, lambda v: check_int("page_size", v, minimum=1)),
+            page=_opt(page, lambda v: check_number("page", v, minimum=0)),
+            page_size=_opt(page_size, lambda v: check_number("page_size", v, minimum=1)),
         )
     body = SearchRequest(
         **_check_query_fields("", {"text": text, **params}),
