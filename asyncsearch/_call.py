@@ -207,22 +207,8 @@ class _Call(Generic[T]):
         """
         options, request = self.options, self.request
         started = time.monotonic()
-        body = request.body
-        headers = options.headers_without_body if body is None else options.headers_with_body
         try:
-            sending = self.shared.transport.send(
-                request.method,
-                options.base_url + request.target,
-                headers=headers,
-                body=body,
-                timeout=options.timeout,
-                max_response_bytes=options.max_response_bytes,
-                max_redirects=options.max_redirects,
-                ssl=options.ssl,
-                secret=options.api_key.get(),
-                queued=self.pressure is not None,
-                middlewares=options.middlewares,
-            )
+            sending = self.shared.transport.send(request, options, queued=self.pressure is not None)
             if self.end is None:
                 response = await sending
             else:

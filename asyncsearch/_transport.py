@@ -12,11 +12,10 @@ from __future__ import annotations
 # This module is asyncio through and through (aiohttp runs on nothing else), so it uses asyncio's
 # own primitives and imports no anyio.
 import asyncio
-import ssl as ssl_module
 import sys
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -25,7 +24,7 @@ from aiohttp import http_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._checks import running_loop
-from ._config import Timeout
+from ._config import Options
 from ._errors import (
     APIConnectionError,
     APITimeoutError,
@@ -36,7 +35,7 @@ from ._errors import (
     ResponseTooLargeError,
     ResponseValidationError,
 )
-from ._protocol import Response, redact, redirect_target, request_id, status_error
+from ._protocol import Request, Response, redact, redirect_target, request_id, status_error
 from ._version import __version__
 
 USER_AGENT = (
@@ -192,26 +191,15 @@ class Transport:
             await session.close()  # does nothing when it is closed already
 
     async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str],
-        body: bytes | None,
-        timeout: Timeout,
-        max_response_bytes: int,
-        max_redirects: int,
-        ssl: ssl_module.SSLContext | None,
-        secret: str,
-        queued: bool = False,
-        middlewares: Sequence[aiohttp.ClientMiddlewareType] = (),
+        self, request: Request[Any], options: Options, *, queued: bool = False
     ) -> Response:
-        """Send one attempt and return the final response, body read in full.
+        """Send one attempt of ``request`` under a call's ``options``; the final response, read.
 
+        From ``options``: the base URL, headers, ``timeout``, the body's cap, redirects, ``ssl``,
+        the key (scrubbed from errors) and the ``middlewares`` run on each request sent (a
+        redirect followed is another; none given, the session's own run).
         ``queued``: the caller holds a connection of the pool already (a bulk call's gate took
         one from ``pool``, without a time limit), so the attempt does not wait for one here.
-        ``middlewares`` run on each request sent (a redirect followed is another); none given,
-        the session's own run.
 
         Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
         ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
@@ -221,26 +209,11 @@ class Transport:
         session = self._get_session()
         pool = None if queued else self.pool
         if pool is not None:
-            await self._wait_for_pool(pool, timeout.pool)
+            await self._wait_for_pool(pool, options.timeout.pool)
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
             # session.request) and ``elapsed`` start.
-            return await _follow_redirects(
-                session,
-                method,
-                url,
-                body,
-                # One per attempt, never shared: _Connector knows the attempt by it.
-                timeout=aiohttp.ClientTimeout(
-                    total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
-                ),
-                headers=headers,
-                ssl=ssl if ssl is not None else True,
-                middlewares=middlewares or None,
-                max_response_bytes=max_response_bytes,
-                max_redirects=max_redirects,
-                secret=secret,
-            )
+            return await _follow_redirects(session, request, options)
         except AsyncSearchError:
             raise
         except Exception as exc:
@@ -248,7 +221,7 @@ class Transport:
                 raise ClientClosedError(
                     "the client was closed while the request was in flight"
                 ) from None
-            raise _translate(exc, secret) from exc
+            raise _translate(exc, options.api_key.get()) from exc
         finally:
             if pool is not None:
                 pool.release()
@@ -271,47 +244,42 @@ class Transport:
 
 
 async def _follow_redirects(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    body: bytes | None,
-    *,
-    timeout: aiohttp.ClientTimeout,
-    headers: Mapping[str, str],
-    ssl: ssl_module.SSLContext | bool,
-    middlewares: Sequence[aiohttp.ClientMiddlewareType] | None,
-    max_response_bytes: int,
-    max_redirects: int,
-    secret: str,
+    session: aiohttp.ClientSession, request: Request[Any], options: Options
 ) -> Response:
-    """Send the attempt, following same-origin redirects, and read the final response.
-
-    ``secret`` is the key, scrubbed from what an error carries.
-    """
+    """Send the attempt, following same-origin redirects, and read the final response."""
+    method, url, body = request.method, options.base_url + request.target, request.body
+    headers = options.headers_without_body if body is None else options.headers_with_body
+    secret, timeout = options.api_key.get(), options.timeout
+    # One per attempt, never shared: _Connector knows the attempt by it.
+    client_timeout = aiohttp.ClientTimeout(
+        total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
+    )
     connector = session.connector
     # A caller's session resends as aiohttp does: its count goes to a dict nobody reads.
     attempts = connector.attempts if isinstance(connector, _Connector) else {}
-    key = id(timeout)
+    key = id(client_timeout)
     started = time.monotonic()
     status = 0
     try:
-        for _ in range(max_redirects + 1):
+        for _ in range(options.max_redirects + 1):
             attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
             async with session.request(
                 method,
                 yarl.URL(url, encoded=True),
                 data=body,
-                timeout=timeout,
+                timeout=client_timeout,
                 allow_redirects=False,
                 headers=headers,
-                ssl=ssl,
-                middlewares=middlewares,
+                ssl=options.ssl if options.ssl is not None else True,
+                middlewares=options.middlewares or None,  # None: the session's own
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
                     inflate = not session.auto_decompress
-                    return await _response(resp, url, started, max_response_bytes, inflate, secret)
+                    return await _response(
+                        resp, url, started, options.max_response_bytes, inflate, secret
+                    )
                 status = resp.status
                 resp.release()
                 if status == 303 or (status in (301, 302) and method == "POST"):
@@ -324,7 +292,7 @@ async def _follow_redirects(
         method=method,
         attempts=None,
         secret=secret,
-        reason=f"more than {max_redirects} redirects (a redirect loop?)",
+        reason=f"more than {options.max_redirects} redirects (a redirect loop?)",
     )
 
 
