@@ -27,8 +27,9 @@ import msgspec
 
 from . import _concurrency as concurrency
 from . import _protocol as protocol
-from ._checks import running_loop
-from ._errors import InvalidRequestError, ResponseValidationError
+from . import _tracing as tracing
+from ._checks import check_number, running_loop
+from ._errors import ResponseValidationError
 from ._models import SearchPage, SearchPageHead
 from ._protocol import Request
 from ._tracing import CallSpan, LazySpan
@@ -51,8 +52,8 @@ _MAX_STALE_PAGES = 3
 _CAPPED = "stopped paging at %s=%d; more results remain (resume with start_page=%s)"
 
 
-class Answer(Protocol):
-    """What the client's send gives back for one page: the body, and its full decode."""
+class Answer(tracing.Answer, Protocol):
+    """What the client's send gives back for one page: what a span reads, the body, its decode."""
 
     @property
     def content(self) -> bytes: ...
@@ -104,8 +105,8 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
         span: LazySpan,
     ) -> None:
         for name, cap in (("max_pages", max_pages), ("max_items", max_items)):
-            if cap is not None and (type(cap) is not int or cap < 1):
-                raise InvalidRequestError(f"{name} must be an integer >= 1 or None, not {cap!r}")
+            if cap is not None:
+                check_number(name, cap, minimum=1)
 
         async def receive(number: int) -> tuple[Answer, CallSpan]:
             """Send the request of page ``number``; its span is left open for its hit count."""
@@ -115,7 +116,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
             with span.child("search", request, {"asyncsearch.search.page": number}) as child:
                 child.hold()
                 answer = await send(request, child)
-                child.answered(answer)  # type: ignore[arg-type]
+                child.answered(answer)
             return answer, child
 
         self._receive = receive
