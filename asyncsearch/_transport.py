@@ -249,15 +249,15 @@ async def _follow_redirects(
     """Send the attempt, following same-origin redirects, and read the final response."""
     method, url, body = request.method, options.base_url + request.target, request.body
     headers = options.headers_without_body if body is None else options.headers_with_body
-    secret, timeout = options.api_key.get(), options.timeout
+    timeout = options.timeout
     # One per attempt, never shared: _Connector knows the attempt by it.
     client_timeout = aiohttp.ClientTimeout(
         total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
     )
-    connector = session.connector
     # A caller's session resends as aiohttp does: its count goes to a dict nobody reads.
-    attempts = connector.attempts if isinstance(connector, _Connector) else {}
+    attempts = session.connector.attempts if isinstance(session.connector, _Connector) else {}
     key = id(client_timeout)
+    inflate = not session.auto_decompress  # else the session inflates, aiohttp's default
     started = time.monotonic()
     status = 0
     try:
@@ -276,10 +276,7 @@ async def _follow_redirects(
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
-                    inflate = not session.auto_decompress
-                    return await _response(
-                        resp, url, started, options.max_response_bytes, inflate, secret
-                    )
+                    return await _response(resp, url, started, options, inflate=inflate)
                 status = resp.status
                 resp.release()
                 if status == 303 or (status in (301, 302) and method == "POST"):
@@ -289,22 +286,24 @@ async def _follow_redirects(
         attempts.pop(key, None)
     raise status_error(
         Response(status=status, headers={}, body=b"", url=url),
-        method=method,
+        method=request.method,  # the call's, as in every status error (a 303 sent a GET)
         attempts=None,
-        secret=secret,
+        secret=options.api_key.get(),
         reason=f"more than {options.max_redirects} redirects (a redirect loop?)",
     )
 
 
 async def _response(
-    resp: aiohttp.ClientResponse, url: str, started: float, limit: int, inflate: bool, secret: str
+    resp: aiohttp.ClientResponse, url: str, started: float, options: Options, *, inflate: bool
 ) -> Response:
-    """The final response of an attempt, its body read (under ``limit``; ``inflate``: here)."""
+    """The final response of an attempt, its body read under ``options.max_response_bytes``
+    (and inflated here with ``inflate``)."""
+    limit = options.max_response_bytes
     if 200 <= resp.status < 300:
         try:
             content = await _read_body(resp, limit, inflate)
         except AsyncSearchError as exc:  # too large, or an unknown encoding
-            exc.request_id = request_id(scrub_headers(resp.headers, secret))
+            exc.request_id = request_id(scrub_headers(resp.headers, options.api_key.get()))
             raise
     else:
         # An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut,
@@ -330,9 +329,10 @@ async def _response(
 
 
 async def _read_body(
-    resp: aiohttp.ClientResponse, limit: int, decompress_here: bool, *, cut: bool = False
+    resp: aiohttp.ClientResponse, limit: int, inflate: bool, *, cut: bool = False
 ) -> bytes:
-    """Read the whole body, decompressed in bounded steps, refusing more than ``limit`` bytes.
+    """Read the whole body, refusing more than ``limit`` bytes; with ``inflate`` a gzip or deflate
+    body is inflated here, in bounded steps.
 
     With ``cut`` a longer body is not an error: its first ``limit`` bytes are returned.
     """
@@ -341,7 +341,7 @@ async def _read_body(
     # nothing.
     sent = resp.headers.get("Content-Encoding", "")
     encoding = sent.strip().lower()
-    inflate = None
+    decompressor = None
     if encoding in ("", "identity"):
         declared = resp.content_length
         if declared is not None:
@@ -350,10 +350,10 @@ async def _read_body(
                 return await resp.read()
             if not cut:
                 raise _too_large(limit)
-    elif decompress_here and encoding in ("gzip", "x-gzip", "deflate"):
+    elif inflate and encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS accepts both gzip and zlib headers; raw deflate is retried below.
-        inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)
-    elif decompress_here or not (sent.isascii() and sent.lower() in _SESSION_INFLATES):
+        decompressor = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    elif inflate or not (sent.isascii() and sent.lower() in _SESSION_INFLATES):
         raise ResponseValidationError(
             f"the response uses an unsupported Content-Encoding {encoding!r}", path=None, body=b""
         )
@@ -363,11 +363,11 @@ async def _read_body(
     try:
         async for chunk in resp.content.iter_chunked(_CHUNK):
             data = chunk
-            while inflate is not None:
+            while decompressor is not None:
                 try:
                     # At most one byte past the limit: what is left of the chunk then (its
                     # unconsumed_tail) is never needed, the body being too large already.
-                    data = inflate.decompress(chunk, limit - len(body) + 1)
+                    data = decompressor.decompress(chunk, limit - len(body) + 1)
                     break
                 except zlib.error:
                     if encoding != "deflate" or raw_deflate_tried or body:
@@ -376,7 +376,7 @@ async def _read_body(
                         ) from None
                     # Some servers send raw deflate without the zlib header.
                     raw_deflate_tried = True
-                    inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                    decompressor = zlib.decompressobj(-zlib.MAX_WBITS)
             body += data
             if _past(body, limit, cut):
                 return bytes(body)
@@ -388,11 +388,11 @@ async def _read_body(
                 limit=limit,
             ) from None
         raise
-    if inflate is not None:
-        body += inflate.flush()
+    if decompressor is not None:
+        body += decompressor.flush()
         if _past(body, limit, cut):
             return bytes(body)
-        if chunk and not inflate.eof:
+        if chunk and not decompressor.eof:
             # A stream cut before its end: its checksum was never read, so the data is suspect.
             raise APIConnectionError(f"the response body ended before its {encoding} data did")
     return bytes(body)
