@@ -27,29 +27,9 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import msgspec
 
 from . import _errors
+from . import _models as models
 from ._checks import check_number
-from ._errors import (
-    APIStatusError,
-    ConfigurationError,
-    InvalidRequestError,
-    ResponseValidationError,
-)
-from ._models import (
-    ExtractionFormat,
-    ExtractionJob,
-    LinkPreview,
-    LinkType,
-    Pagination,
-    SearchFilters,
-    SearchPage,
-    SearchPageHead,
-    SearchQuery,
-    SearchRequest,
-    Sort,
-    WebhookLog,
-    WebhookLogList,
-    WebhookLogSummary,
-)
+from ._errors import ConfigurationError, InvalidRequestError
 
 T = TypeVar("T")
 
@@ -58,8 +38,8 @@ MAX_IMAGE_LENGTH = 600_000
 # The spec's pattern. fullmatch, not "$": "$" would also accept a trailing newline.
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 # The closed sets are named once, as Literal types in _models.
-_EXTRACTION_FORMATS: tuple[ExtractionFormat, ...] = get_args(ExtractionFormat)
-_LINK_TYPES: tuple[LinkType, ...] = get_args(LinkType)
+_EXTRACTION_FORMATS: tuple[models.ExtractionFormat, ...] = get_args(models.ExtractionFormat)
+_LINK_TYPES: tuple[models.LinkType, ...] = get_args(models.LinkType)
 #: Answers that say the request was not acted on (the server did not get all of it, refused it
 #: for its rate, or could not take it at all), so that any request may be sent again.
 NOT_ACTED_ON_STATUSES = frozenset({408, 429, 503})
@@ -218,25 +198,25 @@ def _known_fields(body: Mapping[str, Any], struct_type: type[msgspec.Struct]) ->
     return {names[key]: item for key, item in body.items() if key in names and item is not None}
 
 
-def _normalize_filters(name: str, value: object) -> SearchFilters:
+def _normalize_filters(name: str, value: object) -> models.SearchFilters:
     checked: dict[str, Any] = {}
-    for key, item in _fields_from(name, value, SearchFilters).items():
+    for key, item in _fields_from(name, value, models.SearchFilters).items():
         if item is None:
             continue
         if key in ("created_after", "created_before"):
             checked[key] = _validate_timestamp(f"{name}.{key}", item)
         else:
             checked[key] = _validate_list(f"{name}.{key}", item, int if key == "color" else str)
-    return SearchFilters(**checked)
+    return models.SearchFilters(**checked)
 
 
-def _normalize_sort(value: object) -> Sort:
-    raw: dict[str, Any] = _fields_from("sort", value, Sort)
+def _normalize_sort(value: object) -> models.Sort:
+    raw: dict[str, Any] = _fields_from("sort", value, models.Sort)
     for key in ("field", "order"):
         item = raw.get(key)
         if (key == "field" or item is not None) and (not isinstance(item, str) or not item):
             raise InvalidRequestError(f"sort.{key} must be a non-empty string, got {item!r}")
-    return Sort(**raw)
+    return models.Sort(**raw)
 
 
 #: The checks of the fields a search and each of its ``queries`` share, in the order they run.
@@ -257,12 +237,14 @@ def _check_query_fields(prefix: str, raw: Mapping[str, object]) -> dict[str, Any
     }
 
 
-def _normalize_queries(value: object) -> list[SearchQuery]:
+def _normalize_queries(value: object) -> list[models.SearchQuery]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
         raise _must_be("queries", "a list", value)
     return [
-        SearchQuery(
-            **_check_query_fields(f"queries[{i}].", _fields_from(f"queries[{i}]", q, SearchQuery))
+        models.SearchQuery(
+            **_check_query_fields(
+                f"queries[{i}].", _fields_from(f"queries[{i}]", q, models.SearchQuery)
+            )
         )
         for i, q in enumerate(value)
     ]
@@ -276,12 +258,12 @@ def _opt(value: object, check: Callable[[object], T]) -> T | None:
 # Request builders, one per endpoint
 # ---------------------------------------------------------------------------------------------
 
-_search_page_decoder = msgspec.json.Decoder(SearchPage)
-_search_page_head_decoder = msgspec.json.Decoder(SearchPageHead)
-_extraction_job_decoder = msgspec.json.Decoder(ExtractionJob)
-_link_preview_decoder = msgspec.json.Decoder(LinkPreview)
-_webhook_log_list_decoder = msgspec.json.Decoder(WebhookLogList)
-_webhook_log_decoder = msgspec.json.Decoder(WebhookLog)
+_search_page_decoder = msgspec.json.Decoder(models.SearchPage)
+_search_page_head_decoder = msgspec.json.Decoder(models.SearchPageHead)
+_extraction_job_decoder = msgspec.json.Decoder(models.ExtractionJob)
+_link_preview_decoder = msgspec.json.Decoder(models.LinkPreview)
+_webhook_log_list_decoder = msgspec.json.Decoder(models.WebhookLogList)
+_webhook_log_decoder = msgspec.json.Decoder(models.WebhookLog)
 
 
 def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
@@ -295,7 +277,7 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         reason, path = (match.group(1), match.group(2)) if match else (str(exc), "$")
         fits = getattr(decoder.type, "__name__", str(decoder.type))
         message = f"the response body does not fit {fits} at {path}: {reason}"
-        raise ResponseValidationError(message, path=path, body=body) from None
+        raise _errors.ResponseValidationError(message, path=path, body=body) from None
     except msgspec.DecodeError as exc:
         problem = f"is not valid JSON: {exc}"
     except UnicodeDecodeError as exc:
@@ -304,16 +286,16 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         problem = f"is not valid UTF-8 JSON: {exc.reason} at byte {exc.start}"
     except RecursionError:
         problem = "is JSON nested deeper than the decoder can follow"
-    raise ResponseValidationError(f"the response body {problem}", path=None, body=body)
+    raise _errors.ResponseValidationError(f"the response body {problem}", path=None, body=body)
 
 
-def _parse_search_page(body: bytes) -> SearchPage:
+def _parse_search_page(body: bytes) -> models.SearchPage:
     # Each hit keeps its embeddings as the raw JSON (msgspec.Raw, referencing ``body``) and
     # decodes them on first read: SearchHit.embeddings.
     return decode_body(_search_page_decoder, body)
 
 
-def _parse_search_page_without_embeddings(body: bytes) -> SearchPage:
+def _parse_search_page_without_embeddings(body: bytes) -> models.SearchPage:
     page = decode_body(_search_page_decoder, body)
     # Dropping the raw slices lets ``body`` be freed once the caller drops it: no hit refers to
     # it any more. They are not validated (nothing is read from them), as when skipped.
@@ -322,7 +304,7 @@ def _parse_search_page_without_embeddings(body: bytes) -> SearchPage:
     return page
 
 
-def search_page_head(body: bytes) -> SearchPageHead:
+def search_page_head(body: bytes) -> models.SearchPageHead:
     """Read a search answer's ``total``, ``hasMore`` and hit ids, skipping everything else.
 
     Raises ``ResponseValidationError`` like the full decode when the body does not fit.
@@ -354,7 +336,7 @@ def search_page_continues(body: bytes) -> bool:
         return False
 
 
-def _parse_webhook_log_list(body: bytes) -> list[WebhookLogSummary]:
+def _parse_webhook_log_list(body: bytes) -> list[models.WebhookLogSummary]:
     return decode_body(_webhook_log_list_decoder, body).items
 
 
@@ -368,12 +350,12 @@ class SearchWalkParams(TypedDict, total=False):
 
     image: str | None
     resource_id: str | uuid.UUID | None
-    filters: SearchFilters | Mapping[str, Any] | None
+    filters: models.SearchFilters | Mapping[str, Any] | None
     precision: float | None
-    queries: Sequence[SearchQuery | Mapping[str, Any]] | None
+    queries: Sequence[models.SearchQuery | Mapping[str, Any]] | None
     incognito: bool | None
     page_size: int | None
-    sort: Sort | Mapping[str, Any] | None
+    sort: models.Sort | Mapping[str, Any] | None
 
 
 class SearchParams(SearchWalkParams, total=False):
@@ -394,7 +376,7 @@ def check_search_params(function: str, params: Mapping[str, object], *, page: bo
             raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{hint}")
 
 
-def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[SearchPage]:
+def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[models.SearchPage]:
     """Build ``POST /v2/search``; raises ``InvalidRequestError`` for arguments past the spec."""
     check_search_params("search", params, page=True)
     queries = _opt(params.get("queries"), _normalize_queries)
@@ -404,11 +386,11 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
         raise InvalidRequestError(f"incognito must be a bool or None, got {incognito!r}")
     pagination = None
     if page is not None or page_size is not None:
-        pagination = Pagination(
+        pagination = models.Pagination(
             page=_opt(page, lambda v: check_number("page", v, minimum=0)),
             page_size=_opt(page_size, lambda v: check_number("page_size", v, minimum=1)),
         )
-    body = SearchRequest(
+    body = models.SearchRequest(
         **_check_query_fields("", {"text": text, **params}),
         queries=queries,
         incognito=incognito,
@@ -422,7 +404,7 @@ def search(text: str | None = None, **params: Unpack[SearchParams]) -> Request[S
     return Request("POST", "/v2/search", encoded, _parse_search_page, "search", incognito is True)
 
 
-def without_embeddings(request: Request[SearchPage]) -> Request[SearchPage]:
+def without_embeddings(request: Request[models.SearchPage]) -> Request[models.SearchPage]:
     """The same search, its hits' embeddings dropped once parsed (``hit.embeddings`` is None)."""
     # replace() keeps every other field, whatever fields Request gains.
     return msgspec.structs.replace(request, parse=_parse_search_page_without_embeddings)
@@ -434,8 +416,8 @@ def _not_utf8(name: str, exc: UnicodeEncodeError) -> InvalidRequestError:
 
 
 def get_extraction(
-    job_id: str | uuid.UUID, *, format: ExtractionFormat | None = None
-) -> Request[ExtractionJob]:
+    job_id: str | uuid.UUID, *, format: models.ExtractionFormat | None = None
+) -> Request[models.ExtractionJob]:
     """Build ``GET /v2/extract/{jobId}``; ``format`` is "json" or "markdown"."""
     job = validate_id("job_id", job_id)
     target = f"/v2/extract/{job}"  # a validated UUID: nothing to percent-encode
@@ -444,7 +426,7 @@ def get_extraction(
     return Request("GET", target, None, partial(decode_body, _extraction_job_decoder), "extract")
 
 
-def check_extraction_format(format: object) -> ExtractionFormat | None:
+def check_extraction_format(format: object) -> models.ExtractionFormat | None:
     """Return ``format`` if it is "json", "markdown" or None; else raise ``InvalidRequestError``."""
     return _check_choice("format", format, _EXTRACTION_FORMATS)
 
@@ -457,7 +439,7 @@ def _check_choice(name: str, value: object, choices: tuple[T, ...]) -> T | None:
     return value
 
 
-def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPreview]:
+def link_preview(url: str, *, type: models.LinkType | None = None) -> Request[models.LinkPreview]:
     """Build ``GET /v2/link``; the URL is sent unchanged, percent-encoded as a query value."""
     if not isinstance(url, str):
         raise _must_be("url", "a string", url)
@@ -472,7 +454,7 @@ def link_preview(url: str, *, type: LinkType | None = None) -> Request[LinkPrevi
     return Request("GET", target, None, partial(decode_body, _link_preview_decoder), "link")
 
 
-def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary]]:
+def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[models.WebhookLogSummary]]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs``."""
     job = validate_id("job_id", job_id)  # a validated UUID: nothing to percent-encode
     return Request(
@@ -480,7 +462,7 @@ def list_webhook_logs(job_id: str | uuid.UUID) -> Request[list[WebhookLogSummary
     )
 
 
-def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[WebhookLog]:
+def get_webhook_log(job_id: str | uuid.UUID, log_id: str | uuid.UUID) -> Request[models.WebhookLog]:
     """Build ``GET /v2/extract/{jobId}/webhook-logs/{logId}``."""
     job, log = validate_id("job_id", job_id), validate_id("log_id", log_id)
     parse = partial(decode_body, _webhook_log_decoder)
@@ -780,13 +762,13 @@ def check_search_body(body: Mapping[str, Any]) -> bool:
     Raises ``InvalidRequestError`` naming ``extra_body``.
     """
     # The fields ``search`` has arguments for, with pagination's in place of ``pagination``.
-    params = _known_fields(body, SearchRequest)
+    params = _known_fields(body, models.SearchRequest)
     pagination = params.pop("pagination", None)
     try:
         if pagination is not None:
             if not isinstance(pagination, Mapping):
                 raise InvalidRequestError(f"pagination must be an object, got {pagination!r}")
-            params.update(_known_fields(pagination, Pagination))
+            params.update(_known_fields(pagination, models.Pagination))
         # Idempotent when the body's ``incognito`` is true.
         return search(**params).idempotent
     except InvalidRequestError as exc:
@@ -856,7 +838,7 @@ def redirect_target(current_url: str, location: str) -> str | None:
 # Status errors, Retry-After and the retry decision
 # ---------------------------------------------------------------------------------------------
 
-_STATUS_ERRORS: dict[int, type[APIStatusError]] = {
+_STATUS_ERRORS: dict[int, type[_errors.APIStatusError]] = {
     400: _errors.BadRequestError,
     401: _errors.AuthenticationError,
     403: _errors.PermissionDeniedError,
@@ -903,10 +885,10 @@ def status_error(
     secret: str | None,
     retry_after: float | None = None,
     reason: str | None = None,
-) -> APIStatusError:
+) -> _errors.APIStatusError:
     """The typed error for a response that is not a success."""
     status = response.status
-    default = _errors.InternalServerError if status >= 500 else APIStatusError
+    default = _errors.InternalServerError if status >= 500 else _errors.APIStatusError
     cls = _STATUS_ERRORS.get(status, default)
     body = _error_body(response.body, secret)
     phrase = responses.get(status, "Unknown Status")
