@@ -182,7 +182,17 @@ class RetryPolicy:
 _RETRY_SHORTHANDS: Final = frozenset({"max_retries", "max_retry_after", "retry_search"})
 
 
-class RequestOptions(TypedDict, total=False):
+class _AttemptOptions(TypedDict, total=False):
+    """The keywords that both a client and one call take (see ``RequestOptions``)."""
+
+    timeout: Timeout | float | None
+    retry: RetryPolicy
+    max_retries: int
+    deadline: float | None
+    middlewares: Sequence[ClientMiddleware]
+
+
+class RequestOptions(_AttemptOptions, total=False):
     """Options of one call, taken as keywords by every endpoint method, pager and bulk helper.
 
     Every one is optional; one not given keeps the client's value. A pager or bulk helper
@@ -200,11 +210,6 @@ class RequestOptions(TypedDict, total=False):
     - ``extra_query``: query parameters added to the URL; one the SDK sends is replaced.
     """
 
-    timeout: Timeout | float | None
-    retry: RetryPolicy
-    max_retries: int
-    deadline: float | None
-    middlewares: Sequence[ClientMiddleware]
     extra_headers: Mapping[str, str]
     extra_query: Mapping[str, str | int | float | bool]
 
@@ -219,7 +224,7 @@ class SearchOptions(RequestOptions, total=False):
     extra_body: Mapping[str, Any]
 
 
-class OptionChanges(TypedDict, total=False):
+class OptionChanges(_AttemptOptions, total=False):
     """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
 
     (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
@@ -229,11 +234,6 @@ class OptionChanges(TypedDict, total=False):
     api_key: str
     base_url: str
     base_id: str | None
-    timeout: Timeout | float | None
-    retry: RetryPolicy
-    max_retries: int
-    deadline: float | None
-    middlewares: Sequence[ClientMiddleware]
     headers: Mapping[str, str | None] | None
     ssl: ssl_module.SSLContext | None
     max_response_bytes: int
