@@ -186,7 +186,8 @@ async def send(
             reason,
         )
         span.retry(call.attempts, delay, reason)
-        await _sleep(delay)
+        # A bulk call's connection is free for others while it waits.
+        await (_sleep(delay) if pressure is None else pressure.lend_while(_sleep(delay)))
 
 
 @dataclass(slots=True)

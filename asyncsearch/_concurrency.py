@@ -499,7 +499,8 @@ class AdaptiveConcurrency:
     It is also the rest of a fan-out's gate, so that a call waits at one place only: ``window``
     bounds the calls started and not yet ``taken()`` by the consumer (``sys.maxsize``: no
     bound), and with a ``pool`` (the transport's semaphore of free connections) a slot also
-    holds one connection, taken without a time limit: a bulk call queues for its own pool.
+    holds one connection, taken without a time limit: a bulk call queues for its own pool (a
+    call waiting to retry lends it back meanwhile: ``lend_while()``).
 
     Private machinery of the client (``maximum`` and ``minimum`` are checked; the factors are
     the caller's to get right).
@@ -527,6 +528,7 @@ class AdaptiveConcurrency:
         self._ignore_signals = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._pool = pool
+        self._lent = 0  # slots whose connection lend_while() gave back for good
         self.window = sys.maxsize  # no bound unless a fan-out sets one
         self._started = 0  # slots taken and not yet taken() by the consumer
 
@@ -600,11 +602,31 @@ class AdaptiveConcurrency:
             raise RuntimeError("release() called more often than acquire()")
         self.in_flight -= 1
         if pool and self._pool is not None:
-            self._pool.release()
+            if self._lent:  # a slot stopped in lend_while() holds none (or another slot's
+                # release comes first: that slot's connection goes back with this one's)
+                self._lent -= 1
+            else:
+                self._pool.release()
         if taken:
             self._started -= 1
         if self._waiters:
             self._wake()
+
+    async def lend_while(self, waiting: Awaitable[None]) -> None:
+        """Await ``waiting`` (a call's wait to retry) with the slot's connection back in the
+        pool, for direct calls and other bulk calls; then take it again, without a time limit,
+        as ``acquire()`` does. Stopped before it has it again, the slot's ``release()`` gives
+        back no connection for it."""
+        if self._pool is None:
+            await waiting
+            return
+        self._pool.release()
+        try:
+            await waiting
+            await self._pool.acquire()  # cancelled, it holds no connection (asyncio's promise)
+        except BaseException:
+            self._lent += 1
+            raise
 
     def taken(self) -> None:
         """Record an outcome the consumer took: room for one more call in the window."""

@@ -531,6 +531,44 @@ async def test_a_bulk_call_sharing_the_pool_with_direct_calls_never_times_out_on
     assert server.max_in_flight <= 2
 
 
+async def test_a_bulk_request_waiting_to_retry_leaves_its_connection_to_others(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool of one connection; the bulk call's request gets a 503 and waits to retry until the
+    # test opens the gate. Meanwhile its connection is back in the pool: a direct call gets it
+    # at once (Timeout.pool is 0.05 s: it would fail were the connection held through the
+    # wait), and the bulk call takes it again, without a time limit, for its retry.
+    waiting = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def backoff(delay: float) -> None:
+        waiting.set()
+        await gate.wait()
+
+    monkeypatch.setattr(_call, "_sleep", backoff)
+    bulk_id, direct_id = job_ids(2)
+    server = await serve(extract_handler(script={bulk_id: [503]}))
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=1, timeout=Timeout(pool=0.05)
+    ) as client:
+        bulk = asyncio.create_task(client.gather_extractions([bulk_id]))
+        async with asyncio.timeout(30):
+            await waiting.wait()
+        assert (await client.get_extraction(direct_id)).id == direct_id
+        gate.set()
+        async with asyncio.timeout(30):
+            [result] = await bulk
+        assert result.ok
+        assert result.job_id == bulk_id
+        # The connection is back in the pool once: one direct call needs no wait, and a bulk
+        # call still has its one connection to use.
+        await client.get_extraction(direct_id)
+        assert [r.ok for r in await client.gather_extractions(job_ids(3))] == [True] * 3
+    sent = [seen.path.rsplit("/", 1)[1] for seen in server.seen]
+    assert sent[:4] == [bulk_id, direct_id, bulk_id, direct_id]
+    assert sorted(sent[4:]) == sorted(job_ids(3))
+
+
 async def test_a_bulk_call_keeps_no_more_in_flight_than_a_callers_session_pool(
     serve: Serve, no_backoff: list[float]
 ) -> None:

@@ -976,6 +976,50 @@ async def test_a_slot_of_the_gate_holds_a_connection_of_the_pool(way_out: str) -
             await pool.acquire()
 
 
+@pytest.mark.parametrize("way_out", ["taken back", "stopped while waiting", "stopped taking it"])
+async def test_a_slot_lends_its_connection_while_its_call_waits(way_out: str) -> None:
+    # A call waiting to retry gives its slot's connection back to the pool and takes it again,
+    # without a time limit, before the next attempt; stopped before it has it again, its slot
+    # gives back none at the end. Another slot released meanwhile gives back its own. Every
+    # connection is back in the pool exactly once when all the slots are released.
+    pool = asyncio.Semaphore(2)
+    limiter = AdaptiveConcurrency(2, pool=pool)
+    await limiter.acquire()
+    await limiter.acquire()
+    assert pool.locked()
+    waited = asyncio.Event()
+    lending = asyncio.ensure_future(limiter.lend_while(waited.wait()))
+    await turns(5)
+    assert not pool.locked()  # lent
+    limiter.release()  # the other slot's call ends: its connection goes back too
+    await pool.acquire()
+    await pool.acquire()  # someone else's calls take both
+    if way_out == "stopped while waiting":
+        lending.cancel()
+    else:
+        waited.set()
+        await turns(5)
+        assert not lending.done()  # waits for a connection, without a time limit
+        if way_out == "stopped taking it":
+            lending.cancel()
+        else:
+            pool.release()
+            async with asyncio.timeout(5):
+                await lending
+            assert pool.locked()  # taken again
+    if way_out != "taken back":
+        with pytest.raises(asyncio.CancelledError):
+            await lending
+        pool.release()  # the test's other call too
+    pool.release()
+    limiter.release()
+    assert limiter.in_flight == 0
+    for _ in range(2):  # both connections are free again, and no more
+        async with asyncio.timeout(1):
+            await pool.acquire()
+    assert pool.locked()
+
+
 # --------------------------------------------------------------------------------------------
 # AdaptiveConcurrency
 
