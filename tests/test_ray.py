@@ -519,7 +519,7 @@ def _export(
         },
         batch_size=50,
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=2),
+        compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=0.25,
     )
     getattr(fetched, f"write_{output}")(out)
