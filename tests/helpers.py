@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from asyncsearch import AsyncSearchClient
+from asyncsearch import AsyncSearchClient, _call
 
 #: How many times slower than an idle machine the tests may run. CI's busy run (random order,
 #: 4 workers, both cores kept busy) sets ASYNCSEARCH_TEST_TIME_SCALE; every liveness bound
@@ -44,6 +44,19 @@ def held_connections(client: AsyncSearchClient) -> int:
     if session is None or session.connector is None:
         return 0
     return len(session.connector._acquired)
+
+
+def hold_backoff(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every wait before a retry: ``(waiting, release)``. A call about to wait sets
+    ``waiting`` and goes on once the test sets ``release``: no bet on how long a backoff is."""
+    waiting, release = asyncio.Event(), asyncio.Event()
+
+    async def backoff(delay: float) -> None:
+        waiting.set()
+        await release.wait()
+
+    monkeypatch.setattr(_call, "_sleep", backoff)
+    return waiting, release
 
 
 class ThreadedServer:

@@ -40,7 +40,7 @@ from asyncsearch import (
 )
 
 from .conftest import API_KEY, Handler, Server
-from .helpers import TIME_SCALE, client_tasks, held_connections
+from .helpers import TIME_SCALE, client_tasks, held_connections, hold_backoff
 
 Serve = Callable[[Handler], Awaitable[Server]]
 SAMPLE_JOB = json.loads((Path(__file__).parent / "samples" / "extraction_job.json").read_text())
@@ -538,14 +538,7 @@ async def test_a_bulk_request_waiting_to_retry_leaves_its_connection_to_others(
     # test opens the gate. Meanwhile its connection is back in the pool: a direct call gets it
     # at once (Timeout.pool is 0.05 s: it would fail were the connection held through the
     # wait), and the bulk call takes it again, without a time limit, for its retry.
-    waiting = asyncio.Event()
-    gate = asyncio.Event()
-
-    async def backoff(delay: float) -> None:
-        waiting.set()
-        await gate.wait()
-
-    monkeypatch.setattr(_call, "_sleep", backoff)
+    waiting, gate = hold_backoff(monkeypatch)
     bulk_id, direct_id = job_ids(2)
     server = await serve(extract_handler(script={bulk_id: [503]}))
     async with AsyncSearchClient(

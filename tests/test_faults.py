@@ -61,7 +61,7 @@ from .faults_helpers import (
     raw_server,
     stall,
 )
-from .helpers import TIME_SCALE, client_tasks, held_connections
+from .helpers import TIME_SCALE, client_tasks, held_connections, hold_backoff
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -789,14 +789,7 @@ async def test_closing_with_requests_in_flight_and_in_backoff(
 ) -> None:
     # The webhook-logs call is held in its backoff until the client is closed: no bet that a
     # 503 is taken in within some milliseconds.
-    in_backoff = asyncio.Event()
-    closed = asyncio.Event()
-
-    async def backoff(delay: float) -> None:
-        in_backoff.set()
-        await closed.wait()
-
-    monkeypatch.setattr(_call, "_sleep", backoff)
+    in_backoff, closed = hold_backoff(monkeypatch)
 
     async def respond(request: RawRequest, conn: Conn) -> bool:
         if "webhook-logs" in request.target:
