@@ -602,9 +602,8 @@ class AdaptiveConcurrency:
             raise RuntimeError("release() called more often than acquire()")
         self.in_flight -= 1
         if pool and self._pool is not None:
-            if self._lent:  # a slot stopped in lend_while() holds none (or another slot's
-                # release comes first: that slot's connection goes back with this one's)
-                self._lent -= 1
+            if self._lent:  # a slot stopped in lend_while() holds none (a slot released
+                self._lent -= 1  # before it keeps its connection out until that release)
             else:
                 self._pool.release()
         if taken:

@@ -519,6 +519,7 @@ def _export(
         },
         batch_size=50,
         batch_format="pyarrow",
+        # One actor: these tests check what is written; the FetchExtractions tests use two.
         compute=ray.data.ActorPoolStrategy(size=1),
         num_cpus=0.25,
     )
