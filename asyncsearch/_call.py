@@ -186,8 +186,7 @@ async def send(
             reason,
         )
         span.retry(call.attempts, delay, reason)
-        # A bulk call's connection is free for others while it waits.
-        await (_sleep(delay) if pressure is None else pressure.lend_while(_sleep(delay)))
+        await _sleep(delay)  # holding nothing: a connection is taken inside each attempt
 
 
 @dataclass(slots=True)
@@ -209,7 +208,9 @@ class _Call(Generic[T]):
         options, request = self.options, self.request
         started = time.monotonic()
         try:
-            sending = self.shared.transport.send(request, options, queued=self.pressure is not None)
+            # A bulk call's attempt waits for a connection without Timeout.pool; the deadline's
+            # scope bounds that wait as it bounds the rest of the attempt.
+            sending = self.shared.transport.send(request, options, bulk=self.pressure is not None)
             if self.end is None:
                 response = await sending
             else:
@@ -266,7 +267,13 @@ class _Call(Generic[T]):
         budget and the deadline say on the error that they stopped the retries.
         """
         policy = self.options.retry
+        if self.attempts > policy.max_retries:
+            raise error
         if retry_after is not None and retry_after > policy.max_retry_after:
+            error.retries_stopped = (
+                f"the server asked to wait {retry_after:.1f}s, more than max_retry_after="
+                f"{policy.max_retry_after:g}s"
+            )
             logger.info(
                 "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; "
                 "not retrying",
@@ -275,8 +282,6 @@ class _Call(Generic[T]):
                 retry_after,
                 policy.max_retry_after,
             )
-            raise error
-        if self.attempts > policy.max_retries:
             raise error
         if retry_after is not None:
             delay = retry_after

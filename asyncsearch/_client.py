@@ -794,11 +794,10 @@ class AsyncSearchClient(AsyncClosing):
         call = self._call(name, options)
         protocol.check_extraction_format(format)
         check_number("concurrency", concurrency, minimum=1)
-        # The one gate of each request: more in flight than the pool has connections would
-        # only queue for the pool, and the connections it holds it takes from the pool itself.
-        transport = self._shared.transport
-        limit = min(concurrency, transport.pool_size or concurrency)
-        pressure = AdaptiveConcurrency(limit, pool=transport.pool)
+        # The one gate of each request, counting calls in flight: more than the pool has
+        # connections would only queue for the pool (each attempt takes one, inside it).
+        pool_size = self._shared.transport.pool_size
+        pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
         # The 401 or 403 that stops the call: every id would get the same answer, so once one
         # comes, nothing more is sent and every id not sent yet gets the error too.
         refused: list[APIStatusError] = []

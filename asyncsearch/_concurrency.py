@@ -10,8 +10,11 @@ paging methods:
 - ``RetryBudget`` is a token bucket that caps how much retrying a client may do, in the manner of
   the AWS SDKs' "standard" retry mode.
 
-Everything here lives in one event loop (asyncio; anyio is used only for shielded cleanup) and is
-not thread-safe. The iterators clean up on every way out: exhausted, ``aclose()``, ``async with``,
+Everything here lives in one event loop and is not thread-safe. Time is anyio's (its clock, its
+sleep, its shielded scope for cleanup), as in the rest of the core; tasks, futures and events are
+asyncio's, which anyio's own are built on (a waiter here is one future, nothing more).
+
+The iterators clean up on every way out: exhausted, ``aclose()``, ``async with``,
 an exception in the loop body, cancellation of the caller, and a bare ``break`` (then the work
 is cancelled when the dropped iterator is garbage collected, which CPython does at once, and is
 gone a loop turn or two later).
@@ -22,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sized
 from types import TracebackType
@@ -230,9 +232,9 @@ class _FanOutRun(Generic[T, R]):
         self.on_progress = on_progress
         self.total = len(items) if isinstance(items, Sized) else None
         self.ordered = ordered
-        # The one gate of every call: the in-flight limit, its pause, the pool slot and the
-        # bound on items started and not yet taken by the consumer (the memory bound and, in
-        # ordered mode, the reorder window).
+        # The one gate of every call: the in-flight limit, its pause and the bound on items
+        # started and not yet taken by the consumer (the memory bound and, in ordered mode, the
+        # reorder window). It counts calls; connections are the transport's pool's own.
         self.limit = limit
         limit.window = limit.maximum * (_ORDERED_WINDOW if ordered else _UNORDERED_WINDOW)
         # Async items must not be advanced by two workers at once; plain items are read through
@@ -287,6 +289,9 @@ class _FanOutRun(Generic[T, R]):
         stop_on = self.stop_on
         try:
             while not (self.closing or self.fatal is not None or self.source_ended):
+                # The slot first, then the item: in ordered mode the item due next always has a
+                # slot. A worker waiting for its item holds only that slot of its own fan-out,
+                # nothing another call needs (a connection is taken inside each attempt).
                 await limit.acquire()
                 pulled = await self.pull()
                 if pulled is None:
@@ -496,11 +501,9 @@ class AdaptiveConcurrency:
 
     ``pause(seconds)`` holds back all new calls until then. Use it from one event loop only.
 
-    It is also the rest of a fan-out's gate, so that a call waits at one place only: ``window``
-    bounds the calls started and not yet ``taken()`` by the consumer (``sys.maxsize``: no
-    bound), and with a ``pool`` (the transport's semaphore of free connections) a slot also
-    holds one connection, taken without a time limit: a bulk call queues for its own pool (a
-    call waiting to retry lends it back meanwhile: ``lend_while()``).
+    It is also the rest of a fan-out's gate: ``window`` bounds the calls started and not yet
+    ``taken()`` by the consumer (``sys.maxsize``: no bound). It counts calls only: it never holds
+    a connection (a call takes one of the transport's pool inside each attempt).
 
     Private machinery of the client (``maximum`` and ``minimum`` are checked; the factors are
     the caller's to get right).
@@ -513,7 +516,6 @@ class AdaptiveConcurrency:
         minimum: int = 1,
         decrease_factor: float = 0.5,
         increase_step: float = 1.0,
-        pool: asyncio.Semaphore | None = None,
     ) -> None:
         check_number("maximum", maximum, minimum=1, error=ConfigurationError)
         check_number("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
@@ -524,18 +526,16 @@ class AdaptiveConcurrency:
         self._window = float(maximum)
         self.limit = maximum  # on calls in flight: int(_window), kept with it: read per call
         self.in_flight = 0  # slots held right now
-        self._paused_until = 0.0  # time.monotonic(), the clock asyncio's loop uses too
+        self._paused_until = 0.0  # in anyio's clock (the loop's)
         self._ignore_signals = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._pool = pool
-        self._lent = 0  # slots whose connection lend_while() gave back for good
         self.window = sys.maxsize  # no bound unless a fan-out sets one
         self._started = 0  # slots taken and not yet taken() by the consumer
 
     @property
     def paused_for(self) -> float:
         """Seconds until new calls may start again; 0.0 when not paused."""
-        return max(0.0, self._paused_until - time.monotonic())
+        return max(0.0, self._paused_until - anyio.current_time()) if self._paused_until else 0.0
 
     def on_success(self) -> None:
         """Record a call the service handled: grow the limit additively."""
@@ -563,27 +563,23 @@ class AdaptiveConcurrency:
         not positive does nothing.
         """
         if seconds > 0:
-            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+            self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
         loop = running_loop()  # under trio: the typed error every call promises
         woken = False
         while True:
-            if (delay := self._paused_until - time.monotonic()) > 0:
-                # A pause extended meanwhile is seen when the loop checks again.
-                await asyncio.sleep(delay)
-                continue
+            if self._paused_until:  # read per call: the clock only while a pause may be on
+                if (delay := self._paused_until - anyio.current_time()) > 0:
+                    # A pause extended meanwhile is seen when the loop checks again.
+                    await anyio.sleep(delay)
+                    continue
+                self._paused_until = 0.0
             # First come, first served: a newcomer does not take a slot from those in line.
             if self._free() > 0 and (woken or not self._waiters):
                 self.in_flight += 1
                 self._started += 1
-                if self._pool is not None:
-                    try:
-                        await self._pool.acquire()  # without suspending when a connection is free
-                    except BaseException:
-                        self.release(taken=True, pool=False)
-                        raise
                 return
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
@@ -596,36 +592,15 @@ class AdaptiveConcurrency:
                 self._wake()  # woken but leaving: the wake-up is handed on, the slot not lost
                 raise
 
-    def release(self, *, taken: bool = False, pool: bool = True) -> None:
+    def release(self, *, taken: bool = False) -> None:
         """Give back a slot taken by ``acquire()``; ``taken``: its outcome needs no room."""
         if self.in_flight <= 0:
             raise RuntimeError("release() called more often than acquire()")
         self.in_flight -= 1
-        if pool and self._pool is not None:
-            if self._lent:  # a slot stopped in lend_while() holds none (a slot released
-                self._lent -= 1  # before it keeps its connection out until that release)
-            else:
-                self._pool.release()
         if taken:
             self._started -= 1
         if self._waiters:
             self._wake()
-
-    async def lend_while(self, waiting: Awaitable[None]) -> None:
-        """Await ``waiting`` (a call's wait to retry) with the slot's connection back in the
-        pool, for direct calls and other bulk calls; then take it again, without a time limit,
-        as ``acquire()`` does. Stopped before it has it again, the slot's ``release()`` gives
-        back no connection for it."""
-        if self._pool is None:
-            await waiting
-            return
-        self._pool.release()
-        try:
-            await waiting
-            await self._pool.acquire()  # cancelled, it holds no connection (asyncio's promise)
-        except BaseException:
-            self._lent += 1
-            raise
 
     def taken(self) -> None:
         """Record an outcome the consumer took: room for one more call in the window."""

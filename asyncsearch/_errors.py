@@ -25,6 +25,7 @@
     ├── ConfigurationError              bad client options (also ValueError)
     ├── ClientClosedError               the client was closed, or used from another event loop
     │                                   (also RuntimeError)
+    ├── MiddlewareError                 a client middleware sent one request twice (not retried)
     └── WaitTimeoutError                ``wait_for_extraction`` ran out of time (also TimeoutError)
 
 No message, ``str()`` or ``repr()`` of these ever contains the API key: the key travels in a header,
@@ -270,6 +271,14 @@ class ConfigurationError(AsyncSearchError, ValueError):
 
 class ClientClosedError(AsyncSearchError, RuntimeError):
     """The client was closed, or it is used from an event loop other than its session's."""
+
+
+class MiddlewareError(AsyncSearchError):
+    """A client middleware sent one request a second time (it called ``handler()`` again).
+
+    The request went out once and was answered; asyncsearch sends each attempt once and makes
+    its retries itself, so it is not retried. (A middleware's own exception is raised as it is.)
+    """
 
 
 class WaitTimeoutError(AsyncSearchError, TimeoutError):

@@ -1,24 +1,29 @@
 """The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
 
-One attempt means: take a free connection of the pool (waiting at most ``Timeout.pool``,
-except for a bulk call, which queues its own requests), send the request, follow same-origin
-redirects (never carrying the key anywhere else), read the whole body under
-``max_response_bytes`` and hand back a ``Response`` value. Every aiohttp and OS error becomes an
-asyncsearch error, with any request headers scrubbed from what it carries.
+One attempt means: take a free connection of the pool (``_Pool``: a direct call waits at most
+``Timeout.pool``, a bulk call without a limit), send the request, follow same-origin redirects
+(never carrying the key anywhere else), read the whole body under ``max_response_bytes`` and hand
+back a ``Response`` value. What happened on the wire is recorded where it happens, by the SDK's
+own innermost aiohttp middleware (``_Wire``), and read from there: whether the request went out,
+whether an answer came, and a second send (refused). Every aiohttp and OS error becomes an
+asyncsearch error; a middleware's own error stays its own; the key is scrubbed from all of it.
 """
 
 from __future__ import annotations
 
-# This module is asyncio through and through (aiohttp runs on nothing else), so it uses asyncio's
-# own primitives and imports no anyio.
+# aiohttp runs on asyncio only: its futures are asyncio's. The one timed wait here (the pool's)
+# is anyio's, like every deadline, sleep and clock of the core.
 import asyncio
+import contextlib
 import sys
 import time
 import zlib
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+import anyio
 import yarl
 from aiohttp import http_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -31,6 +36,7 @@ from ._errors import (
     AsyncSearchError,
     ClientClosedError,
     ConfigurationError,
+    MiddlewareError,
     PoolTimeoutError,
     ResponseTooLargeError,
     ResponseValidationError,
@@ -58,42 +64,105 @@ _SessionInflateLimitError: type[Exception] | tuple[()] = getattr(
 )
 
 
-class _ResendRefused(Exception):
-    """Raised into aiohttp when it is about to send an attempt a second time by itself."""
+class _Pool:
+    """The pool's free connections: a request holds one only while it is on the wire.
+
+    As in httpcore's pool, waiting for a connection happens here, inside the attempt, first come
+    first served: a direct call waits at most ``Timeout.pool`` (``PoolTimeoutError``), a bulk
+    call without a limit but its deadline (which cancels the wait); closing the client ends every
+    wait (``ClientClosedError``). aiohttp's connector has the same limit, so it never queues:
+    its own queue would count against ``connect`` and ``total``.
+    """
+
+    __slots__ = ("_free", "_waiters", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = size
+        # asyncio futures, not anyio events: a wake-up must carry "you have it" or "closed", and
+        # a waiter woken while it is being cancelled hands its connection on (see acquire).
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, limit: float | None) -> None:
+        """Take a free connection, waiting at most ``limit`` seconds (``None``: no limit)."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1  # the usual case: no suspension, nothing allocated
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            with anyio.fail_after(limit):
+                await waiter
+        except BaseException as exc:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self.release()  # given one as it stopped waiting: it goes to the next in line
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise PoolTimeoutError(
+                    f"no connection of the pool (max_connections={self.size}) became free within "
+                    f"Timeout.pool={limit:g}s; the request was not sent. Send fewer requests at "
+                    "once, or raise max_connections or Timeout.pool"
+                ) from None
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+    def close(self) -> None:
+        """End every wait with ``ClientClosedError``."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(
+                    ClientClosedError("the client was closed while the request waited")
+                )
 
 
-# Only aiohttp's public API is used: every attempt goes through ``session.request`` with the read
-# timeout aiohttp keeps, and the one thing the client needs that aiohttp has no option for (not
-# resending a request by itself) is done in ``connect`` of this connector subclass, which only
-# counts. ``session.request`` resends an idempotent request once, on a new connection, when the
-# server closes or resets the one it was sent on (RFC 9112 section 9.3.1). The client's own
-# retry loop decides about retries (it counts them against ``max_retries`` and the retry
-# budget, and backs off), so on the session made here that hidden resend is refused where it
-# starts: when aiohttp asks for a second connection for the same attempt, before a byte of it
-# is sent. aiohttp has no public switch for it; ``connect`` is the connector's documented
-# entry point, and this only counts and delegates.
-class _Connector(aiohttp.TCPConnector):
-    """aiohttp's connector, refusing a second connection for one attempt."""
+class _SecondSend(Exception):
+    """Raised into a second send of one request (aiohttp's own resend, or a middleware's)."""
 
-    def __init__(self, *, limit: int) -> None:
-        super().__init__(limit=limit)
-        # The attempts in flight, by the id() of their ClientTimeout -> connections taken. The
-        # session hands the request's `timeout` object to `connect` as it is: made once per
-        # attempt, it names the attempt. (A contextvar named it before: setting one made every
-        # callback aiohttp schedules copy a non-empty context, ~5 us per request, with more
-        # garbage collections. A TraceConfig could count too, at ~15% of a bare request.)
-        self.attempts: dict[int, int] = {}
 
-    async def connect(
-        self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.connector.Connection:
-        key = id(timeout)
-        taken = self.attempts.get(key)
-        if taken is not None:
-            if taken:
-                raise _ResendRefused
-            self.attempts[key] = 1
-        return await super().connect(req, traces, timeout)
+class _Wire:
+    """What one request did on the wire, recorded by the SDK's innermost client middleware.
+
+    aiohttp calls the middlewares of ``session.request`` around the step that connects, writes
+    the request and reads the answer's head (its public middleware API, 3.12+): this one, last
+    in the list, sees exactly that step. ``sends`` counts the times it was asked to run (a second
+    one is refused: aiohttp resends an idempotent request once by itself when a kept-alive
+    connection fails, and a middleware may call ``handler()`` twice; the client's own retry loop
+    decides retries, and counts them). ``answered`` is set once an answer's head came back;
+    ``error`` is what the step raised. Nothing is inferred later from an exception's type that
+    this saw happen. (aiohttp's TraceConfig signals could record it too, at ~15% of a request's
+    CPU.)
+    """
+
+    __slots__ = ("answered", "error", "sends")
+
+    def __init__(self) -> None:
+        self.sends = 0
+        self.answered = False
+        self.error: BaseException | None = None
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        self.sends += 1
+        if self.sends > 1:
+            raise _SecondSend
+        try:
+            response = await handler(request)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        self.answered = True
+        return response
 
 
 class Transport:
@@ -118,14 +187,9 @@ class Transport:
         self._trust_env = trust_env
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        # The pool's free connections when this transport owns the session. Waiting for one
-        # happens here, not inside aiohttp, so that ``Timeout.pool`` bounds it (aiohttp counts
-        # its own queue against ``connect`` and ``total``) and ``total`` starts only once the
-        # attempt has a connection. The connector has the same limit: it never has to queue.
-        # (An asyncio.Semaphore binds to the loop that first waits on it, not to this one.)
-        # None for a caller's session. A bulk call's gate takes its connections here (see
-        # ``send(queued=True)``).
-        self.pool = asyncio.Semaphore(max_connections) if session is None else None
+        # The pool's free connections when this transport owns the session; None for a caller's
+        # session, which keeps its own limits (aiohttp queues in its connector then).
+        self.pool = _Pool(max_connections) if session is None else None
 
     @property
     def closed(self) -> bool:
@@ -137,8 +201,8 @@ class Transport:
     @property
     def pool_size(self) -> int | None:
         """How many requests this transport sends at once at most; None when unbounded."""
-        if self.owns_session:
-            return self._max_connections
+        if self.pool is not None:
+            return self.pool.size
         connector = None if self._session is None else self._session.connector
         limits = [n for n in (connector.limit, connector.limit_per_host) if n] if connector else []
         return min(limits, default=None)
@@ -157,7 +221,7 @@ class Transport:
             )
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=_Connector(limit=self._max_connections),
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
                 trust_env=self._trust_env,
                 # Decompression happens in _read_body, in bounded steps, so that a gzip bomb
                 # cannot blow up memory.
@@ -187,82 +251,71 @@ class Transport:
             )
         self._closed = True
         self._session = None
+        if self.pool is not None:
+            self.pool.close()
         if session is not None:
             await session.close()  # does nothing when it is closed already
 
     async def send(
-        self, request: Request[Any], options: Options, *, queued: bool = False
+        self, request: Request[Any], options: Options, *, bulk: bool = False
     ) -> Response:
         """Send one attempt of ``request`` under a call's ``options``; the final response, read.
 
         From ``options``: the base URL, headers, ``timeout``, the body's cap, redirects, ``ssl``,
         the key (scrubbed from errors) and the ``middlewares`` run on each request sent (a
         redirect followed is another; none given, the session's own run).
-        ``queued``: the caller holds a connection of the pool already (a bulk call's gate took
-        one from ``pool``, without a time limit), so the attempt does not wait for one here.
+        ``bulk``: wait for a connection of the pool without ``Timeout.pool`` (a bulk call's
+        requests queue for it; their deadline and closing the client still end the wait).
 
         Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
         ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
         was sent), ``ResponseTooLargeError`` past the size cap, ``APIStatusError`` for a redirect
-        loop, and ``ClientClosedError`` when the client is (or gets) closed.
+        loop, ``MiddlewareError`` for a middleware that sent the request twice, a middleware's
+        own error as it raised it, and ``ClientClosedError`` when the client is (or gets) closed.
         """
         session = self._get_session()
-        pool = None if queued else self.pool
+        pool = self.pool
         if pool is not None:
-            await self._wait_for_pool(pool, options.timeout.pool)
+            await pool.acquire(None if bulk else options.timeout.pool)
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
             # session.request) and ``elapsed`` start.
-            return await _follow_redirects(session, request, options)
-        except AsyncSearchError:
-            raise
+            return await _follow_redirects(session, request, options, record=pool is not None)
         except Exception as exc:
-            if self.closed:
+            # Closed while in flight: the closing broke the attempt, whatever it raised then (an
+            # answer that came, as a status error, is still that answer's).
+            broken = isinstance(exc, APIConnectionError) or not isinstance(exc, AsyncSearchError)
+            if broken and self.closed:
                 raise ClientClosedError(
                     "the client was closed while the request was in flight"
                 ) from None
-            raise _translate(exc, options.api_key.get()) from exc
+            raise
         finally:
             if pool is not None:
                 pool.release()
 
-    async def _wait_for_pool(self, pool: asyncio.Semaphore, limit: float | None) -> None:
-        if not pool.locked():
-            await pool.acquire()  # free: returns without suspending
-            return
-        try:
-            async with asyncio.timeout(limit):
-                await pool.acquire()
-        except TimeoutError:
-            if self.closed:
-                raise ClientClosedError("the client was closed while the request waited") from None
-            raise PoolTimeoutError(
-                f"no connection of the pool (max_connections={self._max_connections}) became "
-                f"free within Timeout.pool={limit:g}s; the request was not sent. Send fewer "
-                "requests at once, or raise max_connections or Timeout.pool"
-            ) from None
-
 
 async def _follow_redirects(
-    session: aiohttp.ClientSession, request: Request[Any], options: Options
+    session: aiohttp.ClientSession, request: Request[Any], options: Options, *, record: bool
 ) -> Response:
-    """Send the attempt, following same-origin redirects, and read the final response."""
+    """Send the attempt, following same-origin redirects, and read the final response.
+
+    With ``record`` (the SDK's own session) each request sent runs the client's middlewares with
+    a ``_Wire`` inside them; a caller's session runs its own middlewares, unrecorded.
+    """
     method, url, body = request.method, options.base_url + request.target, request.body
     headers = options.headers_without_body if body is None else options.headers_with_body
     timeout = options.timeout
-    # One per attempt, never shared: _Connector knows the attempt by it.
     client_timeout = aiohttp.ClientTimeout(
         total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
     )
-    # A caller's session resends as aiohttp does: its count goes to a dict nobody reads.
-    attempts = session.connector.attempts if isinstance(session.connector, _Connector) else {}
-    key = id(client_timeout)
+    secret = options.api_key.get()
     inflate = not session.auto_decompress  # else the session inflates, aiohttp's default
     started = time.monotonic()
     status = 0
-    try:
-        for _ in range(options.max_redirects + 1):
-            attempts[key] = 0  # a fresh count for each request sent (a redirect is another)
+    for _ in range(options.max_redirects + 1):
+        wire = _Wire() if record else None
+        try:
             async with session.request(
                 method,
                 yarl.URL(url, encoded=True),
@@ -271,26 +324,70 @@ async def _follow_redirects(
                 allow_redirects=False,
                 headers=headers,
                 ssl=options.ssl if options.ssl is not None else True,
-                middlewares=options.middlewares or None,  # None: the session's own
+                # None: a caller's session runs its own (a list here would replace them).
+                middlewares=None if wire is None else (*options.middlewares, wire),
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
-                    return await _response(resp, url, started, options, inflate=inflate)
+                    try:
+                        return await _response(resp, url, started, options, inflate=inflate)
+                    except AsyncSearchError:
+                        raise
+                    except Exception as exc:  # reading the body: the request went out
+                        raise _translate(exc, secret, sent=True) from exc
                 status = resp.status
                 resp.release()
-                if status == 303 or (status in (301, 302) and method == "POST"):
-                    method, body = "GET", None
-                url = target
-    finally:
-        attempts.pop(key, None)
+        except AsyncSearchError:
+            raise
+        except Exception as exc:
+            failure = _failure(exc, wire, secret)
+            if failure is exc:
+                raise
+            raise failure from exc
+        if status == 303 or (status in (301, 302) and method == "POST"):
+            method, body = "GET", None
+        url = target
     raise status_error(
         Response(status=status, headers={}, body=b"", url=url),
         method=request.method,  # the call's, as in every status error (a 303 sent a GET)
         attempts=None,
-        secret=options.api_key.get(),
+        secret=secret,
         reason=f"more than {options.max_redirects} redirects (a redirect loop?)",
     )
+
+
+def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
+    """What to raise for ``exc``, raised by ``session.request`` (its middlewares included).
+
+    ``wire`` says what happened on the wire (``None``: a caller's session, unrecorded: then the
+    exception's type is all there is). An error that aiohttp raised is translated, ``sent`` as
+    the record shows; one a middleware raised itself is that middleware's, raised as it is.
+    """
+    if wire is not None and wire.sends > 1:
+        if not wire.answered and isinstance(wire.error, Exception):
+            return _translate(wire.error, secret, sent=True)  # aiohttp's resend, refused
+        return MiddlewareError(
+            "a client middleware sent the request a second time (it called handler() again, "
+            "after an answer); asyncsearch sends each attempt once and makes retries itself"
+        )
+    ours = isinstance(exc, TimeoutError) or (
+        isinstance(exc, aiohttp.ClientError | OSError)
+        and (wire is None or wire.sends == 0 or (not wire.answered and _raised(exc, wire.error)))
+    )
+    if not ours:
+        # A middleware's own error (say, its audit sink is down), raised after the answer or
+        # instead of sending: its own type, never taken for a connection failure and retried.
+        _scrub_chain(exc, secret)
+        return exc
+    sent = None if wire is None else wire.sends > 0
+    return _translate(exc, secret, sent=sent)
+
+
+def _raised(exc: BaseException, inner: BaseException | None) -> bool:
+    """Whether ``exc`` is ``inner`` as aiohttp raises it past its middlewares (an ``OSError``
+    becomes a ``ClientOSError`` from it, a cancellation by the total timer a ``TimeoutError``)."""
+    return inner is not None and (exc is inner or exc.__cause__ is inner)
 
 
 async def _response(
@@ -360,8 +457,12 @@ async def _read_body(
     body = bytearray()
     raw_deflate_tried = False
     chunk = b""  # after the loop: the last chunk read, empty when there was none
+    # A middleware that read the body (resp.read(), .text(), .json()) left it in memory and the
+    # stream at its end: the same bytes, still inflated and capped here.
+    at_end = resp.content.at_eof()
+    chunks = _held(await resp.read()) if at_end else resp.content.iter_chunked(_CHUNK)
     try:
-        async for chunk in resp.content.iter_chunked(_CHUNK):
+        async for chunk in chunks:
             data = chunk
             while decompressor is not None:
                 try:
@@ -398,6 +499,10 @@ async def _read_body(
     return bytes(body)
 
 
+async def _held(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
 def _past(body: bytearray, limit: int, cut: bool) -> bool:
     """True when ``body`` holds more than ``limit`` bytes, then cut to them (with ``cut``; else
     ``ResponseTooLargeError``)."""
@@ -415,24 +520,47 @@ def _too_large(limit: int) -> ResponseTooLargeError:
     )
 
 
-def _scrub(exc: BaseException, secret: str) -> None:
-    """Remove request headers (which hold the API key) from what an aiohttp error carries."""
-    info = getattr(exc, "request_info", None)
-    if isinstance(info, aiohttp.RequestInfo):
-        clean: CIMultiDict[str] = CIMultiDict(
-            (k, "[redacted]" if k.lower() == "x-api-key" else redact(v, secret))
-            for k, v in info.headers.items()
-        )
-        scrubbed = aiohttp.RequestInfo(
-            info.url, info.method, CIMultiDictProxy(clean), info.real_url
-        )
-        exc.request_info = scrubbed  # type: ignore[attr-defined]
-        # The constructor's arguments are kept in .args too (and pickled from there).
-        exc.args = tuple(scrubbed if arg is info else arg for arg in exc.args)
-    if hasattr(exc, "history"):
-        exc.history = ()
-    if secret:  # an error raised by a middleware may quote the request's headers
-        exc.args = tuple(redact(a, secret) if isinstance(a, str) else a for a in exc.args)
+def _scrub_chain(exc: BaseException, secret: str) -> None:
+    """Remove the key from ``exc`` and every cause and context it carries: request headers kept by
+    aiohttp's errors, and any argument or note quoting it (a middleware may raise
+    ``RuntimeError("boom", dict(request.headers))``)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        info = getattr(error, "request_info", None)
+        if isinstance(info, aiohttp.RequestInfo):
+            clean: CIMultiDict[str] = CIMultiDict(
+                (k, "[redacted]" if k.lower() == "x-api-key" else redact(v, secret))
+                for k, v in info.headers.items()
+            )
+            scrubbed = aiohttp.RequestInfo(
+                info.url, info.method, CIMultiDictProxy(clean), info.real_url
+            )
+            error.request_info = scrubbed  # type: ignore[attr-defined]
+            # The constructor's arguments are kept in .args too (and pickled from there).
+            error.args = tuple(scrubbed if arg is info else arg for arg in error.args)
+        if hasattr(error, "history"):
+            error.history = ()
+        if secret:
+            error.args = tuple(_without(arg, secret) for arg in error.args)
+            notes = getattr(error, "__notes__", None)
+            if isinstance(notes, list):
+                notes[:] = [_without(note, secret) for note in notes]
+        todo += (error.__cause__, error.__context__)
+
+
+def _without(value: object, secret: str) -> object:
+    """``value``, or its text with the key replaced when the text quotes the key."""
+    if isinstance(value, str):
+        return redact(value, secret)
+    if isinstance(value, int | float | bytes | aiohttp.RequestInfo) or value is None:
+        return value  # nothing to quote the key, or scrubbed already
+    text = repr(value)
+    return redact(text, secret) if secret in text else value
 
 
 def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
@@ -446,16 +574,15 @@ def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
     return CIMultiDictProxy(CIMultiDict((k, redact(v, secret)) for k, v in headers.items()))
 
 
-def _translate(exc: Exception, secret: str) -> AsyncSearchError:
-    """Map an aiohttp or OS error to the asyncsearch error a caller can act on."""
-    if isinstance(exc, _ResendRefused):
-        # aiohttp was about to resend because the connection failed after the request went out.
-        return APIConnectionError(
-            "the server closed the connection without answering (or reset it) after the "
-            "request was sent, or a middleware sent the request a second time"
-        )
-    _scrub(exc, secret)
-    detail = redact(f"{type(exc).__name__}: {exc}", secret)
+def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> AsyncSearchError:
+    """Map an aiohttp or OS error to the asyncsearch error a caller can act on.
+
+    ``sent``: whether the request went out, as recorded (``None``: unknown, a caller's session;
+    then only the connect-phase types below say it did not).
+    """
+    _scrub_chain(exc, secret)
+    detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secret)
+    kept = sent is not False  # may have reached the server
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return APIConnectionError(
             f"TLS certificate verification failed (not retried): {detail}",
@@ -468,21 +595,28 @@ def _translate(exc: Exception, secret: str) -> AsyncSearchError:
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return APITimeoutError(f"timed out connecting: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.SocketTimeoutError):
-        return APITimeoutError(f"timed out waiting for data from the server: {detail}")
+        return APITimeoutError(
+            f"timed out waiting for data from the server: {detail}", request_sent=kept
+        )
     if isinstance(exc, TimeoutError):
-        return APITimeoutError(f"the request ran past its total timeout: {detail}")
+        return APITimeoutError(
+            f"the request ran past its total timeout ({detail})", request_sent=kept
+        )
     if isinstance(exc, aiohttp.ClientSSLError):  # a ClientConnectorError too
         return APIConnectionError(f"TLS failed: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return APIConnectionError(f"connection failed: {detail}", request_sent=False)
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return APIConnectionError(f"the response body was cut or malformed: {detail}")
+        return APIConnectionError(
+            f"the response body was cut or malformed: {detail}", request_sent=kept
+        )
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return APIConnectionError(f"the server closed the connection without answering: {detail}")
+        message = "the server closed the connection without answering"
+        return APIConnectionError(f"{message}: {detail}", request_sent=kept)
     if isinstance(exc, aiohttp.ClientResponseError):
-        return APIConnectionError(f"the server sent a malformed response: {detail}")
+        return APIConnectionError(
+            f"the server sent a malformed response: {detail}", request_sent=kept
+        )
     if isinstance(exc, aiohttp.InvalidURL):
-        return APIConnectionError(f"invalid URL: {detail}", retryable=False)
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return APIConnectionError(f"connection failed: {detail}")
-    return APIConnectionError(f"unexpected error while sending the request: {detail}")
+        return APIConnectionError(f"invalid URL: {detail}", retryable=False, request_sent=False)
+    return APIConnectionError(f"connection failed: {detail}", request_sent=kept)

@@ -20,6 +20,7 @@ from aiohttp import web
 from asyncsearch import (
     IN_PROGRESS_JOB_STATES,
     APIStatusError,
+    APITimeoutError,
     AsyncSearchClient,
     AuthenticationError,
     ExtractionFailure,
@@ -984,3 +985,120 @@ async def test_wait_for_extraction_raises_not_found_at_once(serve: Serve) -> Non
         with pytest.raises(NotFoundError):
             await client.wait_for_extraction(job_ids(1)[0])
     assert len(server.seen) == 1
+
+
+async def test_a_bulk_worker_waiting_for_its_next_id_holds_no_connection(serve: Serve) -> None:
+    # Issue 37: over a slow async id source, the bulk call's workers held the pool's
+    # connections while they waited for ids, so a direct call got PoolTimeoutError with one
+    # request in flight on a pool of two.
+    ids = job_ids(3)
+    waiting_for_more = asyncio.Event()
+    more = asyncio.Event()
+
+    async def slow_source() -> AsyncIterator[str]:
+        yield ids[0]
+        waiting_for_more.set()
+        await more.wait()
+        yield ids[1]
+        yield ids[2]
+
+    answer = extract_handler()
+    first_answered = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith(ids[0]):
+            await first_answered.wait()  # the first id's request keeps its connection
+        return await answer(request)
+
+    server = await serve(handler)
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=2, timeout=Timeout(pool=0.05)
+    ) as client:
+        bulk = asyncio.create_task(client.gather_extractions(slow_source(), concurrency=4))
+        try:
+            async with asyncio.timeout(10 * TIME_SCALE):
+                await waiting_for_more.wait()  # one worker waits in the source for an id
+                job = await client.get_extraction(ids[2])  # the other connection is free
+                assert str(job.id) == ids[2]
+        finally:
+            first_answered.set()
+            more.set()
+        async with asyncio.timeout(10 * TIME_SCALE):
+            results = await bulk
+    assert [r.job_id for r in results] == ids
+    assert all(r.ok for r in results)
+
+
+async def test_an_id_source_that_calls_the_client_does_not_wait_for_the_bulk_call(
+    serve: Serve,
+) -> None:
+    # The id source checks each job with a direct call of the same client: with the bulk
+    # workers holding both connections of the pool while they waited for it, it waited for
+    # them until Timeout.pool (180 s by default) and the bulk call failed.
+    ids = job_ids(6)
+    server = await serve(extract_handler())
+    first_done = asyncio.Event()
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=2, timeout=Timeout(pool=2 * TIME_SCALE)
+    ) as client:
+
+        async def checked_ids() -> AsyncIterator[str]:
+            yield ids[0]
+            # By now the worker that fetched the first id is back at the bulk call's gate,
+            # waiting for this source (the other worker is in it).
+            await first_done.wait()
+            for job_id in ids[1:]:
+                job = await client.get_extraction(job_id)
+                yield str(job.id)
+
+        async with asyncio.timeout(20 * TIME_SCALE):
+            results = await client.gather_extractions(
+                checked_ids(), concurrency=2, on_progress=lambda done, total: first_done.set()
+            )
+    assert [r.job_id for r in results] == ids
+    assert all(r.ok for r in results)
+    assert len(server.seen) == 11
+
+
+async def test_a_bulk_call_s_deadline_holds_while_its_retry_waits_for_a_connection(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 37: deadline=0.3 returned after 2.03 s: the bulk request took its connection back
+    # after its backoff outside the deadline's reach. Now the retry waits for a connection
+    # inside its attempt, which the deadline bounds.
+    waiting, gate = hold_backoff(monkeypatch)
+    bulk_id, direct_id = job_ids(2)
+    direct_in = asyncio.Event()
+    hold = asyncio.Event()
+    scripted = extract_handler(script={bulk_id: [503]})
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith(direct_id):
+            direct_in.set()
+            await hold.wait()  # the direct call keeps the pool's one connection
+        return await scripted(request)
+
+    server = await serve(handler)
+    deadline = 0.5 * TIME_SCALE
+    loop = asyncio.get_running_loop()
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, max_connections=1) as client:
+        started = loop.time()
+        bulk = asyncio.create_task(client.gather_extractions([bulk_id], deadline=deadline))
+        direct = None
+        try:
+            async with asyncio.timeout(10 * TIME_SCALE):
+                await waiting.wait()  # the 503 came: the bulk request waits to retry
+                direct = asyncio.create_task(client.get_extraction(direct_id))
+                await direct_in.wait()
+                gate.set()  # the retry now needs the connection the direct call holds
+                [result] = await bulk
+            ended = loop.time()
+        finally:
+            hold.set()
+        assert direct is not None
+        await direct
+    assert isinstance(result.error, APITimeoutError)
+    assert "deadline" in str(result.error)
+    assert result.error.retryable is False
+    assert ended - started <= deadline + 0.05 * TIME_SCALE
+    assert [seen.path.rsplit("/", 1)[1] for seen in server.seen] == [bulk_id, direct_id]

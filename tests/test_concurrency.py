@@ -936,90 +936,6 @@ async def test_an_item_is_pulled_only_once_its_call_may_start() -> None:
     assert limiter.in_flight == 0
 
 
-@pytest.mark.parametrize("way_out", ["exhausted", "aclose"])
-async def test_a_slot_of_the_gate_holds_a_connection_of_the_pool(way_out: str) -> None:
-    # The pool is part of the one gate: never more calls than free connections, and every
-    # connection back in the pool however the fan-out ends (also from a call waiting for one).
-    pool = asyncio.Semaphore(2)
-    limiter = AdaptiveConcurrency(4, pool=pool)
-    release = asyncio.Event()
-    running = 0
-    peak = 0
-
-    async def func(i: int) -> int:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        try:
-            await release.wait()
-        finally:
-            running -= 1
-        return i
-
-    async with limited_fan_out(func, range(10), limiter) as fo:
-        first = asyncio.ensure_future(anext(fo))
-        await turns(20)
-        assert running == 2
-        assert limiter.in_flight == 4  # two calls running, two waiting for a connection
-        if way_out == "aclose":
-            await fo.aclose()
-            with pytest.raises(StopAsyncIteration):
-                await first
-        else:
-            release.set()
-            assert (await first).ok
-            assert len([o async for o in fo]) == 9
-    assert peak == 2
-    assert limiter.in_flight == 0
-    for _ in range(2):  # both connections are free again: taken without waiting
-        async with asyncio.timeout(1):
-            await pool.acquire()
-
-
-@pytest.mark.parametrize("way_out", ["taken back", "stopped while waiting", "stopped taking it"])
-async def test_a_slot_lends_its_connection_while_its_call_waits(way_out: str) -> None:
-    # A call waiting to retry gives its slot's connection back to the pool and takes it again,
-    # without a time limit, before the next attempt; stopped before it has it again, its slot
-    # gives back none at the end. Another slot released meanwhile gives back its own. Every
-    # connection is back in the pool exactly once when all the slots are released.
-    pool = asyncio.Semaphore(2)
-    limiter = AdaptiveConcurrency(2, pool=pool)
-    await limiter.acquire()
-    await limiter.acquire()
-    assert pool.locked()
-    waited = asyncio.Event()
-    lending = asyncio.ensure_future(limiter.lend_while(waited.wait()))
-    await turns(5)
-    assert not pool.locked()  # lent
-    limiter.release()  # the other slot's call ends: its connection goes back too
-    await pool.acquire()
-    await pool.acquire()  # someone else's calls take both
-    if way_out == "stopped while waiting":
-        lending.cancel()
-    else:
-        waited.set()
-        await turns(5)
-        assert not lending.done()  # waits for a connection, without a time limit
-        if way_out == "stopped taking it":
-            lending.cancel()
-        else:
-            pool.release()
-            async with asyncio.timeout(5):
-                await lending
-            assert pool.locked()  # taken again
-    if way_out != "taken back":
-        with pytest.raises(asyncio.CancelledError):
-            await lending
-        pool.release()  # the test's other call too
-    pool.release()
-    limiter.release()
-    assert limiter.in_flight == 0
-    for _ in range(2):  # both connections are free again, and no more
-        async with asyncio.timeout(1):
-            await pool.acquire()
-    assert pool.locked()
-
-
 # --------------------------------------------------------------------------------------------
 # AdaptiveConcurrency
 
@@ -1100,7 +1016,7 @@ def test_increase_step_and_decrease_factor_are_used() -> None:
     assert 27 <= c.limit <= 29
 
 
-def test_pause_extends_and_never_shortens() -> None:
+async def test_pause_extends_and_never_shortens() -> None:
     c = AdaptiveConcurrency(4)
     assert c.paused_for == 0.0
     c.pause(10)

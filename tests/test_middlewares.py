@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import socket
 import traceback
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,12 @@ import pytest
 from aiohttp import web
 
 from asyncsearch import (
-    APIConnectionError,
     APIStatusError,
     AsyncSearchClient,
     ConfigurationError,
     InvalidRequestError,
+    MiddlewareError,
+    ResponseTooLargeError,
     _call,
 )
 
@@ -92,24 +95,34 @@ async def test_a_middleware_adds_a_header(serve: Serve) -> None:
     assert server.seen[0].headers["X-Api-Key"] == API_KEY
 
 
-async def test_a_middleware_that_raises_does_not_leak_the_key(serve: Serve) -> None:
+@pytest.mark.parametrize("quoted", ["text", "object"])
+async def test_a_middleware_that_raises_does_not_leak_the_key(serve: Serve, quoted: str) -> None:
+    """Its own error, raised as it is (not taken for a connection failure and retried), with the
+    key scrubbed from the whole chain: string and non-string arguments, causes and contexts."""
+
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.Response(body=JOB, content_type="application/json")
 
     async def broken(
         request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
-        raise RuntimeError(f"refusing {dict(request.headers)}")
+        headers = dict(request.headers)
+        try:
+            raise KeyError(f"no audit sink for {headers}")
+        except KeyError as exc:
+            if quoted == "text":
+                raise RuntimeError(f"refusing {headers}") from exc
+            raise RuntimeError("refusing", headers)  # noqa: B904 (the context quotes it too)
 
     server = await serve(handler)
-    async with AsyncSearchClient(
-        API_KEY, base_url=server.base_url, middlewares=[broken], max_retries=0
-    ) as client:
-        with pytest.raises(APIConnectionError) as caught:
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, middlewares=[broken]) as client:
+        with pytest.raises(RuntimeError) as caught:
             await client.get_extraction(JOB_ID)
     error = caught.value
+    assert type(error) is RuntimeError
     assert "refusing" in str(error)
     shown = "".join(traceback.format_exception(error)) + repr(error) + repr(error.args)
+    assert "[redacted]" in shown
     assert API_KEY not in shown
     assert server.seen == []
 
@@ -181,9 +194,132 @@ async def test_a_middleware_sending_a_request_twice_is_refused(serve: Serve) -> 
         first.release()
         return await handler(request)
 
-    async with AsyncSearchClient(
-        API_KEY, base_url=server.base_url, middlewares=[twice], max_retries=0
-    ) as client:
-        with pytest.raises(APIConnectionError, match="a middleware sent the request a second"):
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, middlewares=[twice]) as client:
+        with pytest.raises(MiddlewareError, match="sent the request a second time") as caught:
             await client.get_extraction(JOB_ID)
+    assert caught.value.attempts == 1  # a clear error at once: not retried as a connection error
+    assert caught.value.retries_stopped is None
     assert len(server.seen) == 1
+
+
+async def test_a_call_s_middlewares_run_inside_the_client_s(serve: Serve) -> None:
+    server = await serve(lambda request: _job())
+    order: list[str] = []
+
+    def named(name: str) -> Any:
+        async def middleware(
+            request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+        ) -> aiohttp.ClientResponse:
+            order.append(f"{name} in")
+            response = await handler(request)
+            order.append(f"{name} out")
+            return response
+
+        return middleware
+
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[named("client")]
+    ) as client:
+        await client.get_extraction(JOB_ID, middlewares=[named("call"), named("call 2")])
+    assert order == ["client in", "call in", "call 2 in", "call 2 out", "call out", "client out"]
+
+
+SEARCH_PAGE = (Path(__file__).parent / "samples" / "search_page.json").read_bytes()
+
+
+class AuditDown(Exception):
+    """The audit sink of a middleware is down."""
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed): connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("sink", ["its own error", "an aiohttp connect error"])
+@pytest.mark.parametrize("call", ["search", "get_extraction"])
+async def test_a_middleware_failing_after_the_answer_is_raised_as_is_and_not_resent(
+    serve: Serve, sink: str, call: str
+) -> None:
+    """The answer came: whatever a middleware raises afterwards is its own, never "not sent".
+
+    A non-incognito search reached the service 3 times when the audit sink's connection error
+    was taken for the request's own (retry_search="safe" retries only unsent searches).
+    """
+    server = await serve(
+        lambda request: web.Response(
+            body=SEARCH_PAGE if "search" in request.path else JOB, content_type="application/json"
+        )
+    )
+    sink_url = f"http://127.0.0.1:{_closed_port()}/audit"
+
+    async def audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        if sink == "its own error":
+            raise AuditDown(f"the audit sink at {sink_url} is down")
+        async with aiohttp.ClientSession() as session:
+            await session.post(sink_url, data=b"{}")
+        return response
+
+    expected = AuditDown if sink == "its own error" else aiohttp.ClientConnectorError
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, middlewares=[audit]) as client:
+        sending = client.search("invoice") if call == "search" else client.get_extraction(JOB_ID)
+        with pytest.raises(expected):
+            await sending
+    assert len(server.seen) == 1
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data)
+
+
+async def _answer(request: web.Request, body: bytes, *, gzipped: bool, chunked: bool) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if gzipped:
+        body = _gzip(body)
+        headers["Content-Encoding"] = "gzip"
+    if not chunked:
+        return web.Response(body=body, headers=headers)
+    response = web.StreamResponse(headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    for start in range(0, len(body), 65536):
+        await response.write(body[start : start + 65536])
+    await response.write_eof()
+    return response
+
+
+async def _reading(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    response = await handler(request)
+    await response.read()  # say, to log it
+    return response
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["identity", "gzip"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+async def test_a_body_a_middleware_read_is_still_the_client_s(
+    serve: Serve, gzipped: bool, chunked: bool
+) -> None:
+    server = await serve(lambda request: _answer(request, JOB, gzipped=gzipped, chunked=chunked))
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[_reading]
+    ) as client:
+        job = await client.get_extraction(JOB_ID)
+    assert str(job.id) == JOB_ID
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["identity", "gzip"])
+async def test_a_body_a_middleware_read_is_still_capped(serve: Serve, gzipped: bool) -> None:
+    big = b'{"id": "' + b"x" * 3_000_000 + b'"}'
+    server = await serve(lambda request: _answer(request, big, gzipped=gzipped, chunked=True))
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[_reading], max_response_bytes=1_000_000
+    ) as client:
+        with pytest.raises(ResponseTooLargeError, match="1000000 bytes"):
+            await client.get_extraction(JOB_ID)

@@ -19,6 +19,7 @@ from asyncsearch import (
     ConfigurationError,
     InternalServerError,
     InvalidRequestError,
+    RetryBudget,
     RetryPolicy,
     _call,
 )
@@ -181,6 +182,31 @@ async def test_retry_after_ms_is_honoured_up_to_max_retry_after(
             await client.get_extraction(JOB_ID)
     assert caught.value.status_code == 429
     assert len(server.seen) == 1  # asked for longer than the policy waits: raised at once
+    # max_retries allowed more: the error says what stopped them.
+    assert caught.value.retries_stopped == (
+        "the server asked to wait 2.5s, more than max_retry_after=2s"
+    )
+    assert "not retried: the server asked to wait 2.5s" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("answer", "options"),
+    [
+        ((404, {}), {}),  # not a retryable failure
+        ((429, {"Retry-After": "5"}), {"max_retries": 0, "max_retry_after": 1}),  # none allowed
+        ((503, {}), {"max_retries": 1}),  # every retry allowed was made
+    ],
+    ids=["404", "no retries allowed", "retries used up"],
+)
+async def test_retries_stopped_is_none_when_nothing_cut_the_retries_short(
+    serve: Serve, slept: list[float], answer: tuple[int, dict[str, str]], options: dict[str, Any]
+) -> None:
+    server = await serve(scripted(answer, answer))
+    async with client_of(server, **options) as client:
+        with pytest.raises(APIStatusError) as caught:
+            await client.get_extraction(JOB_ID)
+    assert caught.value.status_code == answer[0]
+    assert caught.value.retries_stopped is None
 
 
 # -- deadline --------------------------------------------------------------------------------
@@ -193,7 +219,8 @@ async def test_a_deadline_stops_the_retries_whose_wait_would_pass_it(serve: Serv
         return web.Response(status=503, headers={"Retry-After": "0.5"}, text="busy")
 
     server = await serve(handler)
-    async with client_of(server, retry=RetryPolicy(max_retries=10)) as client:
+    budget = RetryBudget()
+    async with client_of(server, retry=RetryPolicy(max_retries=10), retry_budget=budget) as client:
         started = time.monotonic()
         with pytest.raises(APIStatusError) as caught:
             await client.get_extraction(JOB_ID, deadline=1.2)
@@ -206,6 +233,8 @@ async def test_a_deadline_stops_the_retries_whose_wait_would_pass_it(serve: Serv
     assert stopped is not None
     assert "deadline of 1.2s" in stopped
     assert "deadline" in str(caught.value)
+    # Only the retries made were charged: the one the deadline stopped was not.
+    assert budget.tokens == budget.capacity - 5 * (len(server.seen) - 1)
 
 
 async def test_an_attempt_cut_short_by_the_deadline_is_a_timeout_not_retried(
@@ -222,6 +251,7 @@ async def test_an_attempt_cut_short_by_the_deadline_is_a_timeout_not_retried(
         with pytest.raises(APITimeoutError, match=r"deadline of 0\.3s") as caught:
             await client.get_extraction(JOB_ID)
     assert caught.value.attempts == 1
+    assert caught.value.retryable is False  # the deadline has passed: nothing may follow
     assert len(server.seen) == 1
     assert slept == []
 

@@ -310,11 +310,20 @@ async def test_header_names_must_be_tokens(name: str) -> None:
 async def test_header_values_and_names_given_twice_are_refused() -> None:
     async with raw_server(job_answer()) as server:
         async with make_client(server) as client:
-            for value in ("a\r\nX-Injected: 1", "a\nb", "a\x00b"):
+            # A lone CR too: it passed the check, then failed at send time as a connection error.
+            for value in ("a\r\nX-Injected: 1", "a\nb", "a\x00b", "a\rb", "a\r"):
                 with pytest.raises(InvalidRequestError, match="line breaks"):
                     await client.get_extraction(JOB_ID, extra_headers={"X-Trace": value})
-            with pytest.raises(InvalidRequestError, match="names one header twice"):
-                await client.get_extraction(JOB_ID, extra_headers={"X-Trace": "1", "x-trace": "2"})
+                with pytest.raises(ConfigurationError, match="line breaks"):
+                    client.with_options(headers={"X-Trace": value})
+            # In either order: one name given twice is refused, never merged.
+            for twice in ({"X-Trace": "1", "x-trace": "2"}, {"x-trace": "1", "X-Trace": "2"}):
+                with pytest.raises(InvalidRequestError, match="names one header twice"):
+                    await client.get_extraction(JOB_ID, extra_headers=twice)
+                with pytest.raises(ConfigurationError, match="names one header twice"):
+                    client.with_options(headers=twice)
+                with pytest.raises(ConfigurationError, match="names one header twice"):
+                    make_client(server, headers=twice)
         assert server.seen == []
 
 

@@ -25,9 +25,10 @@ from asyncsearch import (
     Timeout,
     _call,
 )
+from asyncsearch._transport import _Pool
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
-from .helpers import TIME_SCALE, ThreadedServer
+from .helpers import TIME_SCALE, ThreadedServer, turns
 
 Serve = Callable[[Handler], Awaitable[Server]]
 JOB_BODY = (Path(__file__).parent / "samples" / "extraction_job.json").read_bytes()
@@ -365,3 +366,64 @@ async def test_a_stalled_answer_times_out_on_a_connection_that_carried_others(
         release.set()
     assert len(set(peers)) == 1, peers  # all four over one connection
     assert waited >= read
+
+
+# --------------------------------------------------------------------------------------------
+# The pool: waiting for a connection happens inside it (as in httpcore), first come first served
+
+
+async def _free_connections(pool: _Pool) -> int:
+    """How many connections ``pool`` gives without waiting (taken, then given back)."""
+    taken = 0
+    while True:
+        try:
+            await pool.acquire(0.01)  # nobody releases meanwhile: a full pool times out
+        except PoolTimeoutError:
+            break
+        taken += 1
+    for _ in range(taken):
+        pool.release()
+    return taken
+
+
+@pytest.mark.parametrize("way_out", ["cancelled waiting", "cancelled as it is handed one"])
+async def test_a_waiter_of_the_pool_stopped_loses_no_connection_and_makes_none(
+    way_out: str,
+) -> None:
+    pool = _Pool(1)
+    await pool.acquire(None)  # the only connection, without waiting
+    first = asyncio.create_task(pool.acquire(None))
+    second = asyncio.create_task(pool.acquire(None))
+    await turns(3)
+    assert not first.done()
+    assert not second.done()
+    if way_out == "cancelled waiting":
+        first.cancel()
+        await turns(3)
+        pool.release()  # goes to the next in line, not to the one that left
+    else:
+        pool.release()  # handed to the first in line ...
+        first.cancel()  # ... which is stopped before it runs: it hands the connection on
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(10 * TIME_SCALE):
+        await second  # the second in line has it
+    assert await _free_connections(pool) == 0  # one connection in all: the second's
+    pool.release()
+    assert await _free_connections(pool) == 1
+
+
+async def test_the_pool_times_a_direct_wait_out_and_closing_ends_every_wait() -> None:
+    pool = _Pool(1)
+    await pool.acquire(None)
+    with pytest.raises(PoolTimeoutError, match=r"max_connections=1.*Timeout.pool=0.01s"):
+        await pool.acquire(0.01)
+    bulk = asyncio.create_task(pool.acquire(None))  # no limit: waits until it has one
+    direct = asyncio.create_task(pool.acquire(60))
+    await turns(3)
+    pool.close()
+    for waiter in (bulk, direct):
+        with pytest.raises(ClientClosedError, match="closed while the request waited"):
+            await waiter
+    pool.release()
+    assert await _free_connections(pool) == 1  # the timed-out and closed waits took nothing
