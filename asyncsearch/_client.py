@@ -53,6 +53,7 @@ from ._concurrency import (
     limited_fan_out,
 )
 from ._config import (
+    CALL_CHANGES,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_RETRY,
@@ -566,7 +567,7 @@ class AsyncSearchClient(AsyncClosing):
         """The options of one call of method ``name``: its ``options`` over the client's."""
         self._check_open()
         call = self._options.merge(
-            options, function=name, allowed=allowed, error=InvalidRequestError
+            options, function=name, allowed=allowed, error=InvalidRequestError, kinds=CALL_CHANGES
         )
         if call.middlewares and not self._shared.transport.owns_session:
             raise InvalidRequestError(_SESSION_MIDDLEWARES)

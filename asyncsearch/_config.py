@@ -250,7 +250,15 @@ OPTION_NAMES: Final = OptionChanges.__optional_keys__
 REQUEST_OPTIONS: Final = RequestOptions.__optional_keys__
 SEARCH_OPTIONS: Final = SearchOptions.__optional_keys__
 #: The field of ``Options`` each keyword of a call sets.
-_CALL_FIELDS: Final = {"extra_headers": "headers", "extra_query": "query", "extra_body": "body"}
+_CALL_FIELDS: Final = {
+    "extra_headers": "headers",
+    "extra_query": "query",
+    "extra_body": "body",
+    "extra_middlewares": "middlewares",
+}
+#: What a call's keywords change, where the keyword of a client means another change: a call's
+#: ``middlewares`` are added inside the client's (a client's replace them).
+CALL_CHANGES: Final = {"middlewares": "extra_middlewares"}
 
 
 #: The tracer of options not made by ``merge`` yet: traces nothing.
@@ -324,11 +332,15 @@ class Options:
         function: str = "with_options",
         allowed: frozenset[str] = OPTION_NAMES,
         error: type[AsyncSearchError] = ConfigurationError,
+        kinds: Mapping[str, str] = {},
     ) -> Options:
         """These options with ``changes`` (keywords of ``function``, among ``allowed``) over them.
 
         Each change is checked (``error`` for a bad value; ``TypeError`` for a name not in
-        ``allowed``); ``headers`` merge into these ones (see ``with_options``).
+        ``allowed``) and applied by what it changes: ``kinds`` names a keyword's change where it
+        is not the keyword's own (``CALL_CHANGES``); ``headers`` merge into these ones (a value
+        of None removes one they have, see ``with_options``). ``function`` only names the
+        caller in a message.
         """
         if not changes:
             return self
@@ -339,9 +351,8 @@ class Options:
                 if name not in allowed:
                     raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
                 if name not in _RETRY_SHORTHANDS:
-                    values[_CALL_FIELDS.get(name, name)] = _check(
-                        name, value, self, error, function
-                    )
+                    kind = kinds.get(name, name)
+                    values[_CALL_FIELDS.get(kind, kind)] = _check(kind, value, self, error)
                 elif not isinstance(value, NotGiven):
                     retry_changes[name] = value  # over ``retry``, whatever the order
             if retry_changes:
@@ -386,10 +397,8 @@ def _derive(values: dict[str, Any], old: Options) -> Options:
     return Options(**values)
 
 
-def _check(
-    name: str, value: Any, old: Options, error: type[AsyncSearchError], function: str
-) -> Any:
-    """The option ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
+def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -> Any:
+    """The change ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
     match name:
         case "api_key":
             return value if isinstance(value, _Secret) else _Secret(_check_text(name, value))
@@ -409,14 +418,14 @@ def _check(
                 raise ConfigurationError(
                     f"deadline must be a positive finite number of seconds or None, got {value!r}"
                 )
-        case "middlewares":
+        case "middlewares" | "extra_middlewares":
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
                 raise ConfigurationError("middlewares must be a sequence of aiohttp middlewares")
             if not all(callable(mw) for mw in value):
                 raise ConfigurationError(
                     "middlewares must hold callables (async def mw(request, handler))"
                 )
-            if function in ("AsyncSearchClient", "with_options"):
+            if name == "middlewares":
                 return tuple(value)
             return (*old.middlewares, *value)  # a call's run after (inside) the client's
         case "max_response_bytes":
@@ -426,8 +435,7 @@ def _check(
         case "headers" | "extra_headers":
             if value is None and name == "headers":
                 return {}
-            removes = function == "with_options"  # there is nothing to remove elsewhere
-            return _merge_headers(name, old.headers, value, error, removes=removes)
+            return _merge_headers(name, old.headers, value, error)
         case "extra_query":
             return protocol.encode_extra_query(value)
         case "extra_body":
@@ -457,20 +465,24 @@ def _merge_headers(
     headers: Mapping[str, str],
     changes: object,
     error: type[AsyncSearchError],
-    *,
-    removes: bool,
 ) -> dict[str, str]:
     """``headers`` with ``changes`` over them, names compared in any case.
 
-    If ``removes`` (``with_options``) a value of None removes the header of that name; elsewhere
-    (the constructor, a call's ``extra_headers``) None is not a header value: ``error``.
+    In ``headers`` a value of None removes a header of that name that ``headers`` has (as
+    ``with_options`` does); anywhere else (a header not there to remove, as in a new client, or
+    a call's ``extra_headers``, which only add) None is not a header value: ``error``.
     """
     if not isinstance(changes, Mapping):
         none = ", or None" if name == "headers" else ""
         raise error(f"{name} must be a mapping of header names to values{none}")
     replaced = {key.lower() for key in changes if isinstance(key, str)}
-    if removes:
-        changes = {key: value for key, value in changes.items() if value is not None}
+    if name == "headers":
+        had = {key.lower() for key in headers}
+        changes = {
+            key: value
+            for key, value in changes.items()
+            if value is not None or not isinstance(key, str) or key.lower() not in had
+        }
     checked = protocol.check_extra_headers(changes, name=name, error=error)
     kept = {key: value for key, value in headers.items() if key.lower() not in replaced}
     return {**kept, **checked}

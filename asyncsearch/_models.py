@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
 
 import msgspec
 
-from ._errors import ResponseValidationError, install_hint
+from ._errors import InvalidRequestError, ResponseValidationError, install_hint
 
 __all__ = [
     "IN_PROGRESS_JOB_STATES",
@@ -164,6 +164,18 @@ class _Serializable:
     def to_json(self) -> bytes:
         """The wire form as JSON bytes (``msgspec.json.encode``)."""
         return msgspec.json.encode(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """The model of its wire form as ``to_dict()`` gives it: ``Model.from_dict(m.to_dict())
+        == m``. (``msgspec.convert`` cannot fill a hit's embeddings, kept as raw JSON text.)
+
+        Raises ``InvalidRequestError`` when ``data`` does not fit the model, saying where.
+        """
+        try:
+            return msgspec.json.decode(msgspec.json.encode(data), type=cls)
+        except (msgspec.ValidationError, msgspec.EncodeError, TypeError) as exc:
+            raise InvalidRequestError(f"{cls.__name__}.from_dict(): {exc}") from None
 
 
 class _Wire(_Serializable, msgspec.Struct, rename="camel", kw_only=True, gc=False):
@@ -477,6 +489,16 @@ _embeddings_slot = _HitFields.__dict__["embeddings"]
 _embeddings_decoder = msgspec.json.Decoder(Embeddings | None)
 
 
+def own_text(hit: SearchHit) -> SearchHit:
+    """``hit``, its unread embeddings made a copy of their text: it holds only its own bytes,
+    not the whole answer it came in (a walk hands hits out one by one, and one kept would keep
+    its page's body alive)."""
+    held = _embeddings_slot.__get__(hit)
+    if type(held) is msgspec.Raw:
+        _embeddings_slot.__set__(hit, held.copy())
+    return hit
+
+
 def _decode_vector_json(
     decoder: msgspec.json.Decoder[_T], hit_id: str, raw: msgspec.Raw, where: str
 ) -> _T:
@@ -509,7 +531,8 @@ class SearchHit(_HitFields):
     read costs no float objects; ``SearchPage.embedding_matrix`` parses the raw text into a
     float32 array without keeping lists on the hits. A page of hits decoded with
     ``embeddings=False`` holds ``None`` instead. Until every hit's raw text is dropped (read,
-    or the page freed), the page keeps the answer's bytes alive.
+    or the page freed), the page keeps the answer's bytes alive; a hit that ``search_hits``
+    hands out holds a copy of its own text instead, so one kept never keeps its page's answer.
 
     A value that does not fit (a string among the numbers, ...) raises
     ``ResponseValidationError`` on that first read, naming the hit and the JSON path, and again

@@ -30,7 +30,7 @@ from . import _protocol as protocol
 from . import _tracing as tracing
 from ._checks import check_number, running_loop
 from ._errors import ResponseValidationError
-from ._models import SearchPage, SearchPageHead
+from ._models import SearchPage, SearchPageHead, own_text
 from ._protocol import Request
 from ._tracing import CallSpan, LazySpan
 
@@ -174,6 +174,8 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
                 self._buffer_page, page = await self._take()
                 self._buffer.extend(page.hits if self._items else (page,))
             item = self._buffer.popleft()
+            if self._items:
+                own_text(item)  # a hit kept does not keep its page's body
             if not self._buffer:
                 self._resume = self._buffer_page if self._cut else self._next_fetch
             return cast(Y, item)
@@ -335,6 +337,7 @@ class SearchPager(concurrency.AsyncClosing, Generic[Y]):
     async def _end(self, error: BaseException | None) -> None:
         self._done = True
         self._buffer.clear()
+        self._held = b""
         await self._stop_pending()
         self._span.end(error)
 

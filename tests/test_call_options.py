@@ -547,12 +547,16 @@ async def test_an_option_is_checked_in_one_place_for_a_client_and_a_call(
 
 
 async def test_a_header_of_none_removes_only_in_with_options() -> None:
-    """None removes a header in ``with_options``; where there is nothing to remove (the
-    constructor, a call's ``extra_headers``) it is a bad value, refused before anything is sent."""
+    """None removes a header the client has, in ``with_options``; where there is nothing to
+    remove (the constructor, a header the client does not have, a call's ``extra_headers``,
+    which only add) it is a bad value, refused before anything is sent. The rule follows the
+    change, not the caller: there is no branch on who merges."""
     with pytest.raises(ConfigurationError, match="X-A"):
         AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": None})  # type: ignore[dict-item]
     client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", headers={"X-A": "1"})
     assert dict(client.with_options(headers={"x-a": None})._options.headers) == {}
+    with pytest.raises(ConfigurationError, match="X-B"):
+        client.with_options(headers={"X-B": None})  # a header it does not have
     with pytest.raises(InvalidRequestError, match="X-A"):
         await client.get_extraction(JOB_ID, extra_headers={"X-A": None})  # type: ignore[dict-item]
     await client.aclose()

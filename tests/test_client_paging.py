@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import threading
+import tracemalloc
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 
@@ -624,3 +628,55 @@ async def test_a_per_call_timeout_bounds_every_page_of_a_walk(serve: Serve, pref
     finally:
         gate.set()
     assert searches(server) == [1, 2, 3]
+
+
+async def test_a_hit_kept_from_a_walk_holds_only_its_own_text(serve: Serve) -> None:
+    # Issue 37: three hits kept from a search_hits walk (one per 3.4 MB page), vectors unread,
+    # held 10.3 MB: each hit's raw vectors were a slice of its page's whole answer.
+    vector = [0.123456789] * 1024
+    # Made before memory is traced: what is traced is the client's.
+    bodies = {
+        page: json.dumps(
+            {
+                "total": 300,
+                "hasMore": page < 3,
+                "hits": [
+                    {**hit(page * 100 + i), "embeddings": {"small3_512": vector, "clip2": vector}}
+                    for i in range(100)
+                ],
+            }
+        ).encode()
+        for page in (1, 2, 3)
+    }
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = json.loads(await request.read())["pagination"]["page"]
+        return web.Response(body=bodies[page], content_type="application/json")
+
+    server = await serve(handler)
+    kept: list[SearchHit] = []
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        tracemalloc.start()
+        try:
+            async for found in client.search_hits("invoice", page_size=100, prefetch=False):
+                if found.id.endswith("00"):
+                    kept.append(found)  # the first hit of each page
+            gc.collect()
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert len(kept) == 3
+    # A page's answer is ~2.3 MB; three hits' own vectors ~70 KB. (Before: ~7 MB held.)
+    assert held < 1_000_000, held
+    assert [len(found.embeddings.small3_512) for found in kept] == [1024] * 3  # type: ignore[union-attr]
+
+
+def test_a_page_round_trips_through_to_dict() -> None:
+    # msgspec.convert(page.to_dict(), SearchPage) fails: a hit's embeddings are raw JSON text.
+    body = (Path(__file__).parent / "samples" / "search_page.json").read_bytes()
+    page = msgspec.json.decode(body, type=SearchPage)
+    again = SearchPage.from_dict(page.to_dict())
+    assert again == page
+    assert again.to_json() == page.to_json()
+    with pytest.raises(InvalidRequestError, match=r"SearchPage.from_dict\(\).*total"):
+        SearchPage.from_dict({**page.to_dict(), "total": "many"})
