@@ -356,7 +356,8 @@ class ExtractionResults(AsyncClosing, Generic[JobId]):
         """Every result, in input order, put at its index by the fan-out itself (``FanOut``)."""
         try:
             async with self._outcomes as outcomes:
-                results = await outcomes._gather(_result_of)
+                # A fetch returns the id's result: kept as it is (_result_of sees failures).
+                results = await outcomes._gather(_result_of, values=True)
         except BaseException as exc:
             self._span.end(exc)
             raise

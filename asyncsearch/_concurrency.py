@@ -258,6 +258,7 @@ class _FanOutRun(Generic[T, R]):
         # here instead of to a consumer woken for each one.
         self.gathered: list[Any] | None = None
         self.keep: Callable[[Outcome[T, R]], Any] = _same_outcome
+        self.values = False  # set by FanOut._gather: a value is kept as func returned it
         self.active = 0  # workers that entered their body and have not left it
 
     def start(self, *, gathered: bool = False) -> None:
@@ -292,21 +293,28 @@ class _FanOutRun(Generic[T, R]):
                 # The slot first, then the item: in ordered mode the item due next always has a
                 # slot. A worker waiting for its item holds only that slot of its own fan-out,
                 # nothing another call needs (a connection is taken inside each attempt).
-                await limit.acquire()
+                if not limit.take():
+                    await limit.acquire()
                 pulled = await self.pull()
                 if pulled is None:
                     return
                 index, item = pulled
+                kept = self.values
+                outcome: Any
                 try:
-                    outcome = Outcome(item, await func(item), None)
+                    # Gathered with values kept, a value needs no Outcome around it: one object
+                    # fewer per item (the outcome of a failure is still made and kept).
+                    outcome = await func(item)
+                    if not kept:
+                        outcome = Outcome(item, outcome, None)
                 except Exception as exc:
                     if stop_on and isinstance(exc, stop_on):
                         self.fail(exc)
                         return
-                    outcome = Outcome(item, None, exc)
+                    outcome, kept = Outcome(item, None, exc), False
                 finally:
                     limit.release()
-                self.finish(index, outcome)
+                self.finish(index, outcome, kept=kept)
         finally:
             self.active -= 1
             # The last worker out closes the items when the fan-out is being stopped; this is
@@ -337,14 +345,15 @@ class _FanOutRun(Generic[T, R]):
         self.limit.release(taken=True)
         return None
 
-    def finish(self, index: int, outcome: Outcome[T, R]) -> None:
+    def finish(self, index: int, outcome: Any, *, kept: bool = False) -> None:
+        """Record the ``outcome`` of item ``index`` (with ``kept``, a value to keep as it is)."""
         gathered = self.gathered
         if gathered is not None:
             if index >= len(gathered):  # items of unknown number: grow by doubling
                 gathered.extend([None] * max(index + 1 - len(gathered), len(gathered)))
             # What is kept is what the caller wants (say, only the value): the Outcome itself
             # is then freed at once, one object fewer per item for the garbage collector.
-            gathered[index] = self.keep(outcome)
+            gathered[index] = outcome if kept else self.keep(outcome)
             # Nobody to wake: _gather waits for the workers to end (worker_done wakes it).
         else:
             if self.ordered:
@@ -450,11 +459,14 @@ class FanOut(AsyncClosing, Generic[T, R]):
         finally:
             run.running = False
 
-    async def _gather(self, keep: Callable[[Outcome[T, R]], V] = _same_outcome) -> list[V]:
+    async def _gather(
+        self, keep: Callable[[Outcome[T, R]], V] = _same_outcome, *, values: bool = False
+    ) -> list[V]:
         """Run the whole fan-out and return every outcome in the order of the items.
 
         With ``keep``, ``keep(outcome)`` is kept and returned for each item instead of the
-        outcome, called as each call finishes.
+        outcome, called as each call finishes; with ``values`` too, a call's return value is
+        kept as it is (``keep`` then sees failures only).
 
         For a caller that keeps every outcome anyway: the same calls, errors and cleanup as
         iterating to the end, without waking the caller once per outcome and without the
@@ -465,6 +477,7 @@ class FanOut(AsyncClosing, Generic[T, R]):
         if run.started or run.closing:
             raise RuntimeError("_gather() needs a fan-out that has not started")
         run.keep = keep
+        run.values = values
         run.start(gathered=True)
         with contextlib.suppress(StopAsyncIteration):
             await self.__anext__()  # hands out nothing: every outcome goes to run.gathered
@@ -564,6 +577,14 @@ class AdaptiveConcurrency:
         """
         if seconds > 0:
             self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
+
+    def take(self) -> bool:
+        """Take a slot if one is free now and nobody waits for one (the usual case): no await."""
+        if self._paused_until or self._waiters or self._free() <= 0:
+            return False
+        self.in_flight += 1
+        self._started += 1
+        return True
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""

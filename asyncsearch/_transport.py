@@ -83,10 +83,16 @@ class _Pool:
         # a waiter woken while it is being cancelled hands its connection on (see acquire).
         self._waiters: deque[asyncio.Future[None]] = deque()
 
+    def take(self) -> bool:
+        """Take a free connection if one is free and nobody waits (the usual case): no await."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self, limit: float | None) -> None:
         """Take a free connection, waiting at most ``limit`` seconds (``None``: no limit)."""
-        if self._free > 0 and not self._waiters:
-            self._free -= 1  # the usual case: no suspension, nothing allocated
+        if self.take():
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
@@ -275,7 +281,7 @@ class Transport:
         """
         session = self._get_session()
         pool = self.pool
-        if pool is not None:
+        if pool is not None and not pool.take():
             await pool.acquire(None if bulk else options.timeout.pool)
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
@@ -331,6 +337,22 @@ async def _follow_redirects(
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
                     try:
+                        status, length = resp.status, resp.content_length
+                        if (
+                            200 <= status < 300
+                            and length is not None
+                            and length <= options.max_response_bytes
+                            and "Content-Encoding" not in resp.headers
+                        ):
+                            # The usual answer, read inline: bounded by its Content-Length
+                            # (aiohttp ends the payload there), nothing to inflate.
+                            return Response(
+                                status=status,
+                                headers=resp.headers,
+                                body=await resp.read(),
+                                url=url,
+                                elapsed=time.monotonic() - started,
+                            )
                         return await _response(resp, url, started, options, inflate=inflate)
                     except AsyncSearchError:
                         raise

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import json
 import sys
@@ -241,14 +242,21 @@ async def _server_stats(session: aiohttp.ClientSession, base_url: str) -> dict[s
         return data
 
 
+def _collections() -> int:
+    """Garbage collections run so far in this process, all generations (``gc.get_stats``)."""
+    return sum(generation["collections"] for generation in gc.get_stats())
+
+
 def _measure(
     fetch: Fetch, base_url: str, ids: list[str], concurrency: int, stats: aiohttp.ClientSession
 ) -> Callable[[], Awaitable[Measurement]]:
     async def run() -> Measurement:
         before = await _server_stats(stats, base_url)
+        collections = _collections()
         wall, cpu = time.perf_counter(), time.process_time()
         got = await fetch(base_url, ids, concurrency)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        collections = _collections() - collections
         after = await _server_stats(stats, base_url)
         if got != len(ids):
             raise RuntimeError(f"{fetch.__name__} fetched {got} of {len(ids)} jobs")
@@ -259,6 +267,7 @@ def _measure(
             "rps": len(ids) / wall,
             "cpu_us": cpu / len(ids) * 1e6,
             "server_cpu_us": (after["cpu"] - before["cpu"]) / len(ids) * 1e6,
+            "gc_per_1000": collections / len(ids) * 1000,
         }
 
     return run
@@ -370,12 +379,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{cpu:.0f}",
                 fmt_ratio(ratio(cpu, base_cpu)),
                 f"{median(runs, 'server_cpu_us'):.0f}",
+                f"{median(runs, 'gc_per_1000'):.1f}",
             ]
         )
         results["variants"][name] = {
             "rps": rps,
             "cpu_us": cpu,
             "server_cpu_us": median(runs, "server_cpu_us"),
+            "gc_per_1000": median(runs, "gc_per_1000"),
             "requests": runs[0]["requests"],
             "rps_samples": [r["rps"] for r in runs],
         }
@@ -394,30 +405,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             "client CPU µs / req",
             "CPU vs baseline",
             "server CPU µs / req",
+            "GC runs / 1,000 req",
         ],
         rows,
     )
     v = results["variants"]
     targets = Targets()
-    # With no latency the client's CPU is the limit; with latency, the rate must not drop.
-    rate_target = 0.97 if args.latency else 0.85
+    # Held against the bare loop that keeps the SDK's read timeout (the fair baseline: aiohttp
+    # re-arms that timer per chunk either way). With no latency the client's CPU is the limit;
+    # with latency, the rate must not drop.
+    rate_target = 0.97 if args.latency else 0.80
+    base = v[READ_BASELINE]
     for name in (GATHER, ITER):
+        short = name.removeprefix("asyncsearch ")
         targets.add(
             Target(
-                f"{name.removeprefix('asyncsearch ')} req/s vs {BASELINE} "
-                f"(both {args.concurrency} in flight)",
-                ratio(v[name]["rps"], v[BASELINE]["rps"]),
+                f"{short} req/s vs {READ_BASELINE} (both {args.concurrency} in flight)",
+                ratio(v[name]["rps"], base["rps"]),
                 rate_target,
             )
         )
         if not args.latency:
             targets.add(
                 Target(
-                    f"{name.removeprefix('asyncsearch ')} client CPU per request vs {BASELINE}",
-                    ratio(v[name]["cpu_us"], v[BASELINE]["cpu_us"]),
-                    1.30,
+                    f"{short} client CPU per request vs {READ_BASELINE}",
+                    ratio(v[name]["cpu_us"], base["cpu_us"]),
+                    1.20,
                     higher_is_better=False,
-                    note=f"{v[name]['cpu_us']:.0f} µs against {v[BASELINE]['cpu_us']:.0f} µs",
+                    note=f"{v[name]['cpu_us']:.0f} µs against {base['cpu_us']:.0f} µs",
+                )
+            )
+            # Fewer objects for the collector, never by tuning it: at most twice the baseline's
+            # collections (counted at one per 1,000 requests when the baseline had none).
+            targets.add(
+                Target(
+                    f"{short} GC runs per 1,000 requests vs {READ_BASELINE}",
+                    ratio(v[name]["gc_per_1000"], max(base["gc_per_1000"], 1.0)),
+                    2.0,
+                    higher_is_better=False,
+                    note=f"{v[name]['gc_per_1000']:.1f} against {base['gc_per_1000']:.1f}",
                 )
             )
     otel = importlib.util.find_spec("opentelemetry") is not None
