@@ -291,8 +291,8 @@ def _without_read_bodies_encoded(plan: Plan) -> Plan:
 
 @dataclass(frozen=True)
 class Expect:
-    """How one request must end (``ok``, ``429``, ``503``, ``reset``, ``audit``, ``twice``,
-    ``deadline``, ``cancelled``) and how many of its attempts reach the server."""
+    """How one request must end (``ok``, ``429``, ``503``, ``reset``, ``audit``, ``audit-raw``,
+    ``twice``, ``deadline``, ``cancelled``) and how many of its attempts reach the server."""
 
     outcome: str
     arrivals: int
