@@ -1,0 +1,1214 @@
+"""Capabilities composed at random against a loopback server: the promises where they meet.
+
+Each example draws a plan (``make_plan``): a pool of 1-4 connections, one to four calls run at
+once on one client (direct searches, incognito or not, ``get_extraction``, page walks, bulk
+calls over a list, over a slow async id source, or over a source that itself calls the client),
+aiohttp client middlewares (on the client and on a call: pass-through, one that reads the body,
+one whose side request fails after ``handler()`` returned, one calling ``handler()`` twice),
+what the server does with each attempt (429 and 503 with a small ``Retry-After``, a reset,
+an answer held back, gzip and chunked bodies), deadlines, cancellations, and calls started
+once another call's first request reached the server. ``Example.run`` plays it and checks:
+
+- never more TCP connections open at once than the pool's size, and none left open once the
+  client is closed (counted by ``CountingProxy``, a plain TCP proxy in front of the server);
+- no task left behind: none named ``asyncsearch.*`` once the calls have ended, none at all
+  once the client, the proxy and the server are closed; nothing reported to the loop's
+  exception handler;
+- a call with a ``deadline`` ends within it plus 50 ms (times ``TIME_SCALE``), by the loop's
+  clock;
+- a non-incognito search is never acted on twice for one call: at most one of its requests
+  got an answer other than 429 or 503 (the two a search is retried after under
+  ``retry_search="safe"``);
+- every bulk id is answered exactly once, each with the outcome its attempts call for;
+- every call ends as its plan says (``expect``): a user middleware's own error re-raised as its
+  own type after one attempt, ``handler()`` called twice a clear error after one attempt, a
+  body read by a middleware still decoded for the SDK, no ``PoolTimeoutError`` at all (the
+  pool's wait, ``Timeout.pool``, is far longer than any answer is held);
+- the API key in no error's text: ``str``, ``repr``, arguments, the whole
+  ``__cause__``/``__context__`` chain, and the formatted traceback.
+
+Nothing waits on a bet about which task is faster: answers are held with an event, a slow id
+source waits for one, a cancellation waits for the call to reach the point it targets. Time
+bounds only end a stuck example (as a failure) and never decide an outcome that is correct.
+
+Environment:
+    ASYNCSEARCH_COMPOSITION_EXAMPLES  how many examples (default 30, a few seconds)
+    ASYNCSEARCH_COMPOSITION_SEED      the first example's seed (default: random, printed on
+                                      failure); example ``i`` uses ``seed + i``
+    ASYNCSEARCH_COMPOSITION_SUBSET    ``today-safe``: only compositions that main at 1842239
+                                      handles (no slow or calling id sources, no bulk deadline,
+                                      no failing or twice-calling middleware, no body-reading
+                                      middleware with a compressed or chunked answer)
+    ASYNCSEARCH_COMPOSITION_KEEP_GOING  ``1``: run every example and report every failing one,
+                                      instead of stopping at the first
+
+Reproduce a failure with the seed it prints:
+``ASYNCSEARCH_COMPOSITION_SEED=<seed> ASYNCSEARCH_COMPOSITION_EXAMPLES=1 pytest
+tests/test_composition.py``; ``--show-capture=no`` leaves out the DEBUG log of every example.
+
+``SCENARIOS`` are fixed plans, one per defect the issue found where two capabilities meet (a
+random run of the default size finds each of them too, but not surely); they are checked like
+random plans, and skipped in the today-safe subset.
+
+Only detection, never a verdict, may depend on which ready task the loop runs first: a scenario
+or a random plan may miss a defect in an interleaving where it does not show, but a correct
+client passes every interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+import json
+import os
+import random
+import re
+import socket
+import traceback
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from asyncsearch import (
+    APIConnectionError,
+    APITimeoutError,
+    AsyncSearchClient,
+    AsyncSearchError,
+    ExtractionJob,
+    InternalServerError,
+    PoolTimeoutError,
+    RateLimitError,
+    RetryPolicy,
+    SearchHit,
+    SearchPage,
+    Timeout,
+)
+
+from .conftest import API_KEY
+from .helpers import TIME_SCALE, client_tasks, turns
+
+EXAMPLES = int(os.environ.get("ASYNCSEARCH_COMPOSITION_EXAMPLES", "30"))
+SUBSET = os.environ.get("ASYNCSEARCH_COMPOSITION_SUBSET", "all")
+KEEP_GOING = os.environ.get("ASYNCSEARCH_COMPOSITION_KEEP_GOING", "") not in ("", "0")
+_SEED = os.environ.get("ASYNCSEARCH_COMPOSITION_SEED")
+FIRST_SEED = int(_SEED) if _SEED else random.SystemRandom().randrange(2**32)
+
+#: How late a call with a deadline may end (the issue's 50 ms, scaled for a busy machine).
+DEADLINE_SLACK = 0.05 * TIME_SCALE
+#: ``Timeout.pool`` of every example: longer than any answer is ever held (see ``Example.run``),
+#: so a ``PoolTimeoutError`` means a connection was held by something that was not a request.
+POOL_WAIT = 3.0 * TIME_SCALE
+#: How long the calls get to reach their held answers before those are released anyway.
+REACH_BOUND = 1.0 * TIME_SCALE
+#: How long past the longest deadline the held answers stay held, if a deadline call has not
+#: ended by then (it is late already: the check below says so).
+DEADLINE_GRACE = 0.35 * TIME_SCALE
+#: How long an example's calls may take in all before the example fails as stuck.
+LIVENESS = 8.0 * TIME_SCALE
+#: How long the client's connections may take to close once it is closed.
+CLOSE_BOUND = 3.0 * TIME_SCALE
+#: Attempts of one request: the default ``max_retries=2`` plus one.
+MAX_ATTEMPTS = 3
+RETRY_AFTER = "0.01"
+
+#: Answers that are a success, by how the body travels.
+SUCCESSES = ("ok", "gzip", "chunked", "gzip-chunked")
+#: What the server may do with one attempt besides a success.
+FAULTS = ("429", "503", "reset")
+DIRECT_KINDS = ("search", "search-incognito", "get")
+WALK_KINDS = ("pages", "hits")
+BULK_KINDS = ("gather", "iter")
+CALL_MIDDLEWARES = ("pass", "body", "audit", "audit-raw", "audit-quoting", "twice")
+#: The middlewares main at 1842239 gets wrong whatever they meet.
+FAILING_MIDDLEWARES = ("audit", "audit-raw", "audit-quoting", "twice")
+
+pytestmark = pytest.mark.timeout(max(120.0, EXAMPLES * 4.0))
+
+
+# -- the plan of one example ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of an example; ``faults`` are what the server does with its request's attempts
+    (bulk: ``id_faults``, one tuple per id), ``success`` how its successful body travels."""
+
+    name: str
+    kind: str
+    faults: tuple[str, ...] = ()
+    success: str = "ok"
+    middleware: str | None = None
+    deadline: float | None = None
+    cancel: bool = False
+    #: Start once this call's first request reached the server (or its slow id source waits
+    #: for its gate, or it ended).
+    after: str | None = None
+    # bulk calls
+    source: str = "list"
+    concurrency: int = 1
+    id_faults: tuple[tuple[str, ...], ...] = ()
+    # walks
+    pages: int = 1
+
+    def __repr__(self) -> str:
+        fields = [self.kind]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name not in ("name", "kind") and value != f.default:
+                fields.append(f"{f.name}={value!r}")
+        return f"{self.name}({', '.join(fields)})"
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    pool: int
+    client_middleware: str | None
+    calls: tuple[Call, ...]
+
+    def __str__(self) -> str:
+        calls = "\n    ".join(repr(call) for call in self.calls)
+        return (
+            f"seed={self.seed} pool={self.pool} client_middleware={self.client_middleware}\n"
+            f"    {calls}"
+        )
+
+
+def _attempts(rng: random.Random, *, held: bool, success: str) -> tuple[str, ...]:
+    """What the server does with one request's attempts: a few faults, then maybe held."""
+    faults = [rng.choice(FAULTS) for _ in range(rng.choice((0, 0, 1, 1, 2, 3)))]
+    if held:
+        faults.append("held")
+    elif rng.random() < 0.3:
+        faults.append(success)  # explicit: the same as running out of faults
+    return tuple(faults)
+
+
+def make_plan(seed: int, subset: str = SUBSET) -> Plan:
+    """A random composition; ``subset="today-safe"`` leaves out what main at 1842239 gets
+    wrong (see the module docstring)."""
+    rng = random.Random(seed)
+    safe = subset == "today-safe"
+    pool = rng.randint(1, 4)
+    client_middleware = rng.choice((None, None, "pass", "body"))
+    calls: list[Call] = []
+    held = 0
+    for index in range(rng.randint(1, 4)):
+        name = f"c{index}"
+        kind = rng.choice(DIRECT_KINDS + DIRECT_KINDS + WALK_KINDS + BULK_KINDS + BULK_KINDS)
+        success = rng.choice(SUCCESSES)
+        after = f"c{rng.randrange(index)}" if index and rng.random() < 0.35 else None
+        if kind in DIRECT_KINDS:
+            # Held answers never fill more than the pool: each of them then reaches the server
+            # (checked before they are released), and others still get their turn.
+            hold = held < pool and rng.random() < 0.45
+            held += hold
+            middleware = rng.choice((None, None, *CALL_MIDDLEWARES))
+            deadline = rng.choice((0.15, 0.25)) if rng.random() < 0.35 else None
+            cancel = hold and deadline is None and rng.random() < 0.4
+            if safe and middleware in FAILING_MIDDLEWARES:
+                middleware = None
+            call = Call(
+                name,
+                kind,
+                faults=_attempts(rng, held=hold, success=success),
+                success=success,
+                middleware=middleware,
+                deadline=deadline,
+                cancel=cancel,
+                after=after,
+            )
+        elif kind in WALK_KINDS:
+            call = Call(
+                name,
+                kind,
+                faults=_attempts(rng, held=False, success=success),
+                success=success,
+                middleware=rng.choice((None, "pass", "body")),
+                pages=rng.randint(1, 3),
+                after=after,
+            )
+        else:
+            source = rng.choice(("list", "list", "slow", "calling"))
+            n_ids = rng.randint(1, 6)
+            deadline = None
+            if source == "list" and rng.random() < 0.4:
+                # One id: the bulk call then lasts as long as its one request, whose deadline
+                # it is (a deadline bounds each request of a bulk call, not the whole call).
+                n_ids, deadline = 1, rng.choice((0.15, 0.25))
+            if safe:
+                source, deadline = "list", None
+            call = Call(
+                name,
+                kind,
+                success=success,
+                middleware=rng.choice((None, "pass", "body")),
+                deadline=deadline,
+                cancel=source == "slow" and rng.random() < 0.25,
+                after=after,
+                source=source,
+                concurrency=rng.randint(1, pool + 2),
+                id_faults=tuple(
+                    _attempts(rng, held=False, success=rng.choice(SUCCESSES)) for _ in range(n_ids)
+                ),
+            )
+        calls.append(call)
+    plan = Plan(seed, pool, client_middleware, tuple(calls))
+    if safe:
+        plan = _without_read_bodies_encoded(plan)
+    return plan
+
+
+def _without_read_bodies_encoded(plan: Plan) -> Plan:
+    """The plan with plain bodies wherever a middleware reads them (main at 1842239 then hands
+    its reader an empty gzip or chunked body)."""
+
+    def plain(faults: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple("ok" if f in SUCCESSES else f for f in faults)
+
+    calls = []
+    for call in plan.calls:
+        if "body" in (plan.client_middleware, call.middleware):
+            call = dataclasses.replace(
+                call,
+                success="ok",
+                faults=plain(call.faults),
+                id_faults=tuple(plain(f) for f in call.id_faults),
+            )
+        calls.append(call)
+    return dataclasses.replace(plan, calls=tuple(calls))
+
+
+# -- what each call must end with --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expect:
+    """How one request must end (``ok``, ``429``, ``503``, ``reset``, ``audit``, ``audit-raw``,
+    ``twice``, ``deadline``, ``cancelled``) and how many of its attempts reach the server."""
+
+    outcome: str
+    arrivals: int
+
+
+def expect(faults: tuple[str, ...], *, idempotent: bool, call: Call) -> Expect:
+    """What one request of ``call`` must end with, given what the server does with each attempt.
+
+    Retries (``max_retries=2``): 429 and 503 always (a search too: the service did not act on
+    it), a reset only for an idempotent request (a non-incognito search may have been acted
+    on). A user middleware's own failure after ``handler()`` returned, and a second
+    ``handler()`` call, end the call after that attempt.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        arrivals = attempt + 1
+        fault = faults[attempt] if attempt < len(faults) else "ok"
+        if fault == "held" and call.cancel:
+            return Expect("cancelled", arrivals)
+        if fault == "held" and call.deadline is not None:
+            return Expect("deadline", arrivals)
+        if fault == "reset":
+            if not idempotent or arrivals == MAX_ATTEMPTS:
+                return Expect("reset", arrivals)
+            continue
+        # An answer came back through every middleware's handler().
+        if call.middleware in ("audit", "audit-quoting"):
+            return Expect("audit", arrivals)
+        if call.middleware == "audit-raw":
+            return Expect("audit-raw", arrivals)
+        if call.middleware == "twice":
+            return Expect("twice", arrivals)
+        if fault in ("429", "503"):
+            if arrivals == MAX_ATTEMPTS:
+                return Expect(fault, arrivals)
+            continue
+        return Expect("ok", arrivals)
+    raise AssertionError("unreachable")
+
+
+# -- middlewares ---------------------------------------------------------------------------------
+
+
+class AuditDown(Exception):
+    """The side request of the ``audit`` middleware failed: its own error, not the SDK's."""
+
+
+def make_middlewares(audit_url: str) -> dict[str, Any]:
+    """The middlewares of one example; ``audit_url`` is a loopback port nobody listens on."""
+
+    async def side_request() -> None:
+        # An audit sink that is down: a real request, refused (aiohttp.ClientConnectorError).
+        async with aiohttp.ClientSession() as session, session.post(audit_url, data=b"audit"):
+            pass
+
+    async def passing(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        return await handler(request)
+
+    async def reading(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        await response.read()
+        return response
+
+    async def audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        response.release()
+        try:
+            await side_request()
+        except aiohttp.ClientError as exc:
+            raise AuditDown(f"the audit sink is down ({response.status} not recorded)") from exc
+        raise AssertionError("the audit sink answered")
+
+    async def audit_raw(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        # The side request's own aiohttp error goes out as it is: it must not be taken for the
+        # SDK's request failing to connect (that one was sent, and answered).
+        response = await handler(request)
+        response.release()
+        await side_request()
+        raise AssertionError("the audit sink answered")
+
+    async def audit_quoting(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        response.release()
+        try:
+            await side_request()
+        except aiohttp.ClientError as exc:
+            # Quotes the request's headers, the key among them, in a non-string argument.
+            raise AuditDown("the audit sink is down", dict(request.headers)) from exc
+        raise AssertionError("the audit sink answered")
+
+    async def twice(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        # The "refresh and send again" pattern: the SDK must refuse the second send, clearly.
+        first = await handler(request)
+        first.release()
+        return await handler(request)
+
+    return {
+        "pass": passing,
+        "body": reading,
+        "audit": audit,
+        "audit-raw": audit_raw,
+        "audit-quoting": audit_quoting,
+        "twice": twice,
+    }
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+@dataclass
+class Route:
+    """What the server does with one request key (a job id, a search text, a text and page)."""
+
+    call: str
+    faults: tuple[str, ...]
+    success: str
+    body: bytes
+
+
+def job_body(job_id: str) -> bytes:
+    # Padding, so that a chunked answer comes in more than one chunk.
+    return json.dumps({"id": job_id, "state": "done", "name": job_id + "." * 3000}).encode()
+
+
+def page_hits(text: str, page: int) -> list[str]:
+    return [f"{text}-p{page}-h{i}" for i in range(2)]
+
+
+def page_body(text: str, page: int, pages: int) -> bytes:
+    hits = [{"id": hit, "score": 0.5, "name": "." * 1500} for hit in page_hits(text, page)]
+    # In the spec's order, total and hasMore first (the walker reads them before the hits).
+    return json.dumps({"total": 2 * pages, "hasMore": page < pages, "hits": hits}).encode()
+
+
+class Service:
+    """A loopback aiohttp.web server playing the example's plan, counting every arrival."""
+
+    def __init__(self, routes: dict[str, Route]) -> None:
+        self.routes = routes
+        #: The fault served to each arrival of a key, in order.
+        self.arrivals: defaultdict[str, list[str]] = defaultdict(list)
+        self.arrived: set[str] = set()  # calls with at least one arrival
+        self.entered: set[str] = set()  # calls whose answer is (or was) held
+        self.release = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.unknown: list[str] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        # handler_cancellation: a held answer whose client went away (deadline, cancel) ends.
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def key(self, request: web.Request) -> str:
+        if request.method == "POST" and request.path == "/v2/search":
+            body = json.loads(await request.read())
+            page = (body.get("pagination") or {}).get("page")
+            return body["text"] if page is None else f"{body['text']}#{page}"
+        return request.path.rsplit("/", 1)[-1]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        key = await self.key(request)
+        route = self.routes.get(key)
+        if route is None or request.headers.get("X-Api-Key") != API_KEY:
+            self.unknown.append(f"{request.method} {request.path} ({key})")
+            return web.json_response({"error": {"message": "unknown"}}, status=404)
+        arrivals = self.arrivals[key]
+        fault = route.faults[len(arrivals)] if len(arrivals) < len(route.faults) else route.success
+        arrivals.append(fault)
+        self.arrived.add(route.call)
+        self.changed.set()
+        if fault == "held":
+            self.entered.add(route.call)
+            self.changed.set()
+            await self.release.wait()
+            fault = route.success
+        if fault == "reset":
+            assert request.transport is not None
+            request.transport.close()  # closed before a byte of an answer
+            raise asyncio.CancelledError
+        if fault in ("429", "503"):
+            # An error body quoting the request's key, as a debugging proxy might.
+            echo = f"overloaded; you sent X-Api-Key: {request.headers.get('X-Api-Key')}"
+            return web.json_response(
+                {"error": {"message": echo}},
+                status=int(fault),
+                headers={"Retry-After": RETRY_AFTER},
+            )
+        return await answer(request, route.body, fault)
+
+
+async def answer(request: web.Request, body: bytes, how: str) -> web.StreamResponse:
+    headers = {"Content-Type": "application/json"}
+    if how.startswith("gzip"):
+        body = gzip.compress(body)
+        headers["Content-Encoding"] = "gzip"
+    if not how.endswith("chunked"):
+        return web.Response(body=body, headers=headers)
+    response = web.StreamResponse(headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    third = len(body) // 3 + 1
+    for start in range(0, len(body), third):
+        await response.write(body[start : start + third])
+    await response.write_eof()
+    return response
+
+
+# -- counting connections ----------------------------------------------------------------------
+
+
+class CountingProxy:
+    """A plain TCP proxy in front of the server: it sees every connection the client opens.
+
+    A connection counts from its accept until either side ends it. When a new one takes the
+    count past the pool, the connections the client has closed already get a few loop turns to
+    show their end (the client closes a socket one turn after it lets the connection go, and it
+    may open the next one in between); only those still open after that count as overlapping.
+    """
+
+    def __init__(self, backend_port: int, limit: int) -> None:
+        self.backend_port = backend_port
+        self.limit = limit
+        self.open: set[int] = set()
+        self.opened = 0
+        self.violations: list[str] = []
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.handlers: set[asyncio.Task[Any]] = set()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self.connection, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        number = self.opened
+        self.opened += 1
+        before = set(self.open)
+        self.open.add(number)
+        self.idle.clear()
+        self.writers.add(writer)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            if len(self.open) > self.limit:
+                await turns(20)
+                overlapping = (before & self.open) | ({number} & self.open)
+                if len(overlapping) > self.limit:
+                    self.violations.append(
+                        f"{len(overlapping)} connections open at once on a pool of {self.limit}"
+                    )
+            up_reader, upstream = await asyncio.open_connection("127.0.0.1", self.backend_port)
+            self.writers.add(upstream)
+            pipes = [
+                asyncio.create_task(_pipe(reader, upstream), name="composition.proxy.pipe"),
+                asyncio.create_task(_pipe(up_reader, writer), name="composition.proxy.pipe"),
+            ]
+            try:
+                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for pipe in pipes:
+                    pipe.cancel()
+                await asyncio.gather(*pipes, return_exceptions=True)
+        except OSError:
+            pass
+        finally:
+            for end in (writer, upstream):
+                if end is not None:
+                    end.close()
+                    self.writers.discard(end)
+            self.open.discard(number)
+            if not self.open:
+                self.idle.set()
+            self.handlers.discard(task)
+
+    async def stop(self) -> None:
+        for writer in list(self.writers):
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        if self.handlers:
+            await asyncio.wait(self.handlers, timeout=CLOSE_BOUND)
+
+
+async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+    try:
+        while data := await source.read(65536):
+            target.write(data)
+            await target.drain()
+    except OSError:
+        pass
+
+
+# -- one example --------------------------------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    """What one call did."""
+
+    value: Any = None
+    error: BaseException | None = None
+    elapsed: float | None = None
+    #: Errors of the calls a ``calling`` id source made.
+    inner_errors: list[BaseException] = field(default_factory=list)
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+class Example:
+    """Plays one ``Plan`` on one client and collects every broken promise in ``violations``."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        rng = random.Random(plan.seed ^ 0x5EED)
+        self.routes: dict[str, Route] = {}
+        self.ids: dict[str, list[str]] = {}  # a call's job ids (get, bulk)
+        self.probes: dict[str, list[str]] = {}  # the ids a calling source fetches itself
+        self.texts: dict[str, str] = {}
+        for call in plan.calls:
+            if call.kind in DIRECT_KINDS[:2] or call.kind in WALK_KINDS:
+                text = f"{call.name}-{plan.seed}"
+                self.texts[call.name] = text
+                if call.kind in WALK_KINDS:
+                    for page in range(1, call.pages + 1):
+                        faults = call.faults if page == 1 else ()
+                        body = page_body(text, page, call.pages)
+                        self.routes[f"{text}#{page}"] = Route(call.name, faults, call.success, body)
+                else:
+                    body = page_body(text, 1, 1)
+                    self.routes[text] = Route(call.name, call.faults, call.success, body)
+            elif call.kind == "get":
+                job = _uuid(rng)
+                self.ids[call.name] = [job]
+                self.routes[job] = Route(call.name, call.faults, call.success, job_body(job))
+            else:
+                ids = [_uuid(rng) for _ in call.id_faults]
+                self.ids[call.name] = ids
+                for job, faults in zip(ids, call.id_faults, strict=True):
+                    success = next((f for f in faults if f in SUCCESSES), call.success)
+                    self.routes[job] = Route(call.name, faults, success, job_body(job))
+                if call.source == "calling":
+                    probes = [_uuid(rng) for _ in ids]
+                    self.probes[call.name] = probes
+                    for job in probes:
+                        self.routes[job] = Route(call.name, (), "ok", job_body(job))
+        self.service = Service(self.routes)
+        self.ran: dict[str, Ran] = {call.name: Ran() for call in plan.calls}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.source_waiting: set[str] = set()
+        self.source_gate = asyncio.Event()
+        self.violations: list[str] = []
+        self.middlewares: dict[str, Any] = {}
+
+    # the calls
+
+    async def run_call(self, client: AsyncSearchClient, call: Call) -> Any:
+        options: dict[str, Any] = {}
+        if call.middleware is not None:
+            options["middlewares"] = [self.middlewares[call.middleware]]
+        if call.deadline is not None:
+            options["deadline"] = call.deadline
+        if call.kind == "search":
+            return await client.search(self.texts[call.name], **options)
+        if call.kind == "search-incognito":
+            return await client.search(self.texts[call.name], incognito=True, **options)
+        if call.kind == "get":
+            return await client.get_extraction(self.ids[call.name][0], **options)
+        if call.kind == "pages":
+            pages = client.search_pages(self.texts[call.name], page_size=2, **options)
+            return [page async for page in pages]
+        if call.kind == "hits":
+            hits = client.search_hits(self.texts[call.name], page_size=2, **options)
+            return [hit async for hit in hits]
+        ids = self.source(client, call)
+        if call.kind == "gather":
+            return await client.gather_extractions(ids, concurrency=call.concurrency, **options)
+        async with client.iter_extractions(ids, concurrency=call.concurrency, **options) as results:
+            return [result async for result in results]
+
+    def source(self, client: AsyncSearchClient, call: Call) -> Iterable[str] | AsyncIterator[str]:
+        ids = self.ids[call.name]
+        if call.source == "list":
+            return list(ids)
+        if call.source == "slow":
+            return self.slow_source(call.name, ids)
+        return self.calling_source(client, call.name, ids)
+
+    async def slow_source(self, name: str, ids: list[str]) -> AsyncIterator[str]:
+        """The ids once every call not over a slow source ended (until then, the bulk call's
+        workers all wait for their first id)."""
+        self.source_waiting.add(name)
+        self.service.changed.set()
+        await self.source_gate.wait()
+        for job in ids:
+            yield job
+
+    async def calling_source(
+        self, client: AsyncSearchClient, name: str, ids: list[str]
+    ) -> AsyncIterator[str]:
+        """Each id once the source fetched a job of its own with the client."""
+        for job, probe in zip(ids, self.probes[name], strict=True):
+            # Some work of its own first: the bulk call's other workers run meanwhile.
+            await turns(3)
+            try:
+                fetched = await client.get_extraction(probe)
+            except AsyncSearchError as exc:
+                self.ran[name].inner_errors.append(exc)
+                raise
+            assert fetched.id == probe
+            yield job
+
+    async def play(self, client: AsyncSearchClient, call: Call) -> None:
+        if call.after is not None:
+            after = call.after
+            await self.until(
+                lambda: (
+                    after in self.service.arrived
+                    or after in self.source_waiting
+                    or self.ended(after)
+                )
+            )
+        ran = self.ran[call.name]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            ran.value = await self.run_call(client, call)
+        except Exception as exc:
+            ran.error = exc
+        finally:
+            ran.elapsed = loop.time() - started
+
+    def ended(self, name: str | None) -> bool:
+        task = self.tasks.get(name or "")
+        return task is not None and task.done()
+
+    async def until(self, ready: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait until ``ready()`` (re-checked at every arrival, held answer, end of a call)."""
+        changed = self.service.changed
+        try:
+            async with asyncio.timeout(timeout):
+                while not ready():
+                    changed.clear()
+                    await changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def cancel_when_reached(self, call: Call) -> None:
+        task = self.tasks[call.name]
+        reached = self.source_waiting if call.kind in BULK_KINDS else self.service.entered
+        await self.until(lambda: call.name in reached or task.done())
+        task.cancel()
+
+    # the example
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        before = asyncio.all_tasks()
+        plan = self.plan
+        await self.service.start()
+        proxy = CountingProxy(self.service.port, plan.pool)
+        await proxy.start()
+        # The audit sink that is down: a loopback port bound by nobody that listens.
+        refuser = socket.socket()
+        refuser.bind(("127.0.0.1", 0))
+        self.middlewares = make_middlewares(f"http://127.0.0.1:{refuser.getsockname()[1]}/audit")
+        middlewares = (
+            () if plan.client_middleware is None else (self.middlewares[plan.client_middleware],)
+        )
+        client = AsyncSearchClient(
+            API_KEY,
+            base_url=f"http://127.0.0.1:{proxy.port}",
+            max_connections=plan.pool,
+            timeout=Timeout(pool=POOL_WAIT),
+            retry=RetryPolicy(base=0.01, cap=0.02),
+            retry_budget=None,
+            middlewares=middlewares,
+        )
+        watchers: list[asyncio.Task[None]] = []
+        try:
+            for call in plan.calls:
+                task = asyncio.create_task(self.play(client, call), name=f"composition.{call.name}")
+                task.add_done_callback(lambda _task: self.service.changed.set())
+                self.tasks[call.name] = task
+            for call in plan.calls:
+                if call.cancel:
+                    watcher = asyncio.create_task(
+                        self.cancel_when_reached(call), name="composition.cancel"
+                    )
+                    watchers.append(watcher)
+            await self.release_in_order()
+            await self.finish_or_stop(watchers)
+            await turns(20)
+            left = [task.get_name() for task in client_tasks()]
+            if left:
+                self.violations.append(f"SDK tasks left once every call ended: {left}")
+        finally:
+            await client.aclose()
+            try:
+                async with asyncio.timeout(CLOSE_BOUND):
+                    await proxy.idle.wait()
+            except TimeoutError:
+                self.violations.append(
+                    f"{len(proxy.open)} connections still open after the client was closed"
+                )
+            await proxy.stop()
+            await self.service.stop()
+            refuser.close()
+        self.violations.extend(proxy.violations)
+        await turns(5)
+        left = [t.get_name() for t in asyncio.all_tasks() - before if not t.done()]
+        if left:
+            self.violations.append(f"tasks left after the example: {left}")
+        if reported:
+            self.violations.append(f"the event loop reported: {reported}")
+        self.check()
+
+    async def release_in_order(self) -> None:
+        """Release held answers, then slow id sources, each once what depends on it happened.
+
+        Held answers: once every started call that holds one reached it (or ended), and every
+        call with a deadline ended, each bounded. Slow sources: once every call not over one
+        ended. A bound passing decides nothing: a late call fails its own checks.
+        """
+        plan, service = self.plan, self.service
+        holders = [c.name for c in plan.calls if "held" in c.faults]
+        await self.until(
+            lambda: all(n in service.entered or self.ended(n) for n in holders), REACH_BOUND
+        )
+        deadlines = [c for c in plan.calls if c.deadline is not None]
+        if deadlines:
+            longest = max(c.deadline or 0 for c in deadlines)
+            await self.until(
+                lambda: all(self.ended(c.name) for c in deadlines), longest + DEADLINE_GRACE
+            )
+        service.release.set()
+        others = [c.name for c in plan.calls if c.source != "slow" or c.kind not in BULK_KINDS]
+        await self.until(lambda: all(self.ended(n) for n in others), LIVENESS)
+        self.source_gate.set()
+
+    async def finish_or_stop(self, watchers: list[asyncio.Task[None]]) -> None:
+        tasks = list(self.tasks.values())
+        _done, pending = await asyncio.wait(tasks, timeout=LIVENESS)
+        for task in pending:
+            self.violations.append(f"{task.get_name()} did not end within {LIVENESS:g}s (stuck)")
+            task.cancel()
+        for watcher in watchers:
+            watcher.cancel()
+        await asyncio.wait([*tasks, *watchers], timeout=CLOSE_BOUND)
+
+    # the checks
+
+    def check(self) -> None:
+        service = self.service
+        if service.unknown:
+            self.violations.append(f"requests the plan never made: {service.unknown}")
+        for call in self.plan.calls:
+            ran = self.ran[call.name]
+            task = self.tasks[call.name]
+            for error in self.errors_of(call, ran):
+                self.check_error_text(call, error)
+                if _in_chain(error, PoolTimeoutError):
+                    self.violations.append(
+                        f"{call.name}: PoolTimeoutError although no connection was held for "
+                        f"anything but a request: {_describe(error)}"
+                    )
+            limit = None if call.deadline is None else call.deadline + DEADLINE_SLACK
+            if limit is not None and ran.elapsed is not None and ran.elapsed > limit:
+                self.violations.append(
+                    f"{call.name}: deadline={call.deadline} but the call took "
+                    f"{ran.elapsed:.3f}s ({_describe(ran.error) if ran.error else 'no error'})"
+                )
+            if task.cancelled() != call.cancel and not (call.cancel and task.done()):
+                self.violations.append(f"{call.name}: cancelled={task.cancelled()}, planned no")
+            if call.kind in DIRECT_KINDS:
+                self.check_direct(call, ran, task)
+            elif call.kind in WALK_KINDS:
+                self.check_walk(call, ran)
+            elif not call.cancel:
+                self.check_bulk(call, ran)
+        for key, arrivals in service.arrivals.items():
+            route = self.routes[key]
+            call = next(c for c in self.plan.calls if c.name == route.call)
+            if call.kind in ("search", *WALK_KINDS):
+                acted = [f for f in arrivals if f not in ("429", "503")]
+                if len(acted) > 1:
+                    self.violations.append(
+                        f"{call.name}: a non-incognito search reached the service "
+                        f"{len(arrivals)} times for one call, {len(acted)} of them acted on "
+                        f"({arrivals}) under retry_search='safe'"
+                    )
+
+    def errors_of(self, call: Call, ran: Ran) -> list[BaseException]:
+        errors = [*ran.inner_errors]
+        if ran.error is not None:
+            errors.append(ran.error)
+        if call.kind in BULK_KINDS and isinstance(ran.value, list):
+            errors.extend(r.error for r in ran.value if r.error is not None)
+        return errors
+
+    def check_error_text(self, call: Call, error: BaseException) -> None:
+        shown = "".join(traceback.format_exception(error))
+        for link in _chain(error):
+            shown += f"{link}\n{link!r}\n{link.args!r}\n"
+        if API_KEY in shown:
+            self.violations.append(
+                f"{call.name}: the API key is in the text of {_describe(error)} "
+                "(str, repr, args, its cause or context chain, or its traceback)"
+            )
+
+    def check_outcome(self, call: Call, what: str, want: Expect, got: Any, error: Any) -> None:
+        """One request's end (a direct call's, a bulk id's) against ``want``."""
+        wrong = None
+        if call.deadline is not None and _is_deadline(error):
+            pass  # waiting for a connection, or a retry's wait, may meet the deadline first
+        elif want.outcome == "ok":
+            if error is not None:
+                wrong = "a success"
+        elif want.outcome == "deadline":
+            if not _is_deadline(error):
+                wrong = "APITimeoutError of the deadline"
+        elif want.outcome == "audit":
+            if not isinstance(error, AuditDown):
+                wrong = "AuditDown, the middleware's own error, as it is"
+        elif want.outcome == "audit-raw":
+            if not isinstance(error, aiohttp.ClientConnectorError):
+                wrong = "the middleware's own aiohttp.ClientConnectorError, as it is"
+        elif want.outcome == "twice":
+            text = str(error)
+            if not (
+                isinstance(error, Exception)
+                and not isinstance(error, APITimeoutError)
+                and re.search(r"middleware|handler", text)
+                and re.search(r"twice|second|more than once|again", text)
+                and "server closed" not in text
+            ):
+                wrong = "a clear error naming handler() called twice (not a server's fault)"
+        elif want.outcome in ("429", "503", "reset"):
+            kind = {"429": RateLimitError, "503": InternalServerError, "reset": APIConnectionError}
+            if not isinstance(error, kind[want.outcome]) or isinstance(error, APITimeoutError):
+                wrong = f"{kind[want.outcome].__name__} after {want.arrivals} attempts"
+        if wrong is None and error is None and want.outcome != "ok" and call.deadline is None:
+            wrong = f"an error ({want.outcome})"
+        if wrong is not None:
+            got_text = _describe(error) if error is not None else f"success {got!r:.80}"
+            self.violations.append(f"{call.name} {what}: expected {wrong}, got {got_text}")
+
+    def check_arrivals(self, call: Call, what: str, key: str, want: Expect) -> None:
+        arrivals = self.service.arrivals.get(key, [])
+        bounded = call.deadline is not None or call.cancel
+        if len(arrivals) != want.arrivals and not (bounded and len(arrivals) <= want.arrivals):
+            self.violations.append(
+                f"{call.name} {what}: {len(arrivals)} requests reached the server "
+                f"({arrivals}), expected {want.arrivals} ({want.outcome})"
+            )
+
+    def check_direct(self, call: Call, ran: Ran, task: asyncio.Task[None]) -> None:
+        idempotent = call.kind != "search"
+        want = expect(call.faults, idempotent=idempotent, call=call)
+        key = self.texts.get(call.name) or self.ids[call.name][0]
+        self.check_arrivals(call, "", key, want)
+        if want.outcome == "cancelled" or task.cancelled():
+            return
+        self.check_outcome(call, "", want, ran.value, ran.error)
+        if ran.error is None and ran.value is not None:
+            if call.kind == "get":
+                ok = isinstance(ran.value, ExtractionJob) and ran.value.id == key
+            else:
+                hits = page_hits(key, 1)
+                ok = isinstance(ran.value, SearchPage) and [h.id for h in ran.value.hits] == hits
+            if not ok:
+                self.violations.append(f"{call.name}: wrong answer {ran.value!r:.120}")
+
+    def check_walk(self, call: Call, ran: Ran) -> None:
+        text = self.texts[call.name]
+        want = expect(call.faults, idempotent=False, call=call)
+        self.check_arrivals(call, "page 1", f"{text}#1", want)
+        if want.outcome != "ok":
+            self.check_outcome(call, "page 1", want, ran.value, ran.error)
+            return
+        if ran.error is not None:
+            self.violations.append(f"{call.name}: the walk failed: {_describe(ran.error)}")
+            return
+        hits = [hit for page in range(1, call.pages + 1) for hit in page_hits(text, page)]
+        if call.kind == "hits":
+            got = [h.id for h in ran.value if isinstance(h, SearchHit)]
+        else:
+            got = [h.id for p in ran.value if isinstance(p, SearchPage) for h in p.hits]
+        if got != hits:
+            self.violations.append(f"{call.name}: the walk gave {got}, expected {hits}")
+
+    def check_bulk(self, call: Call, ran: Ran) -> None:
+        ids = self.ids[call.name]
+        if ran.error is not None or not isinstance(ran.value, list):
+            self.violations.append(f"{call.name}: the bulk call raised {_describe(ran.error)}")
+            return
+        results = ran.value
+        answered = Counter(r.job_id for r in results)
+        if answered != Counter(ids):
+            missing = sorted(set(ids) - set(answered))
+            twice_ = sorted(i for i, n in answered.items() if n > 1)
+            self.violations.append(
+                f"{call.name}: {len(results)} results for {len(ids)} ids "
+                f"(missing {missing}, more than once {twice_})"
+            )
+        if call.kind == "gather" and [r.job_id for r in results] != ids[: len(results)]:
+            self.violations.append(f"{call.name}: gather_extractions out of input order")
+        for job, faults in zip(ids, call.id_faults, strict=True):
+            want = expect(faults, idempotent=True, call=dataclasses.replace(call, middleware=None))
+            self.check_arrivals(call, f"id {job[:8]}", job, want)
+            for result in (r for r in results if r.job_id == job):
+                self.check_outcome(call, f"id {job[:8]}", want, result.job, result.error)
+                if result.ok and result.job.id != job:
+                    self.violations.append(f"{call.name}: id {job} answered with {result.job.id}")
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception its ``__cause__`` and ``__context__`` lead to."""
+    seen: list[BaseException] = []
+    todo = [error]
+    while todo:
+        link = todo.pop()
+        if any(link is s for s in seen):
+            continue
+        seen.append(link)
+        todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
+    return seen
+
+
+def _in_chain(error: BaseException, kind: type[BaseException]) -> bool:
+    return any(isinstance(link, kind) for link in _chain(error))
+
+
+def _is_deadline(error: object) -> bool:
+    """The call's deadline ended it: its ``APITimeoutError``, or retries it stopped."""
+    if isinstance(error, PoolTimeoutError) or not isinstance(error, AsyncSearchError):
+        return False
+    stopped = error.retries_stopped or ""
+    return isinstance(error, APITimeoutError) or "deadline" in stopped
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "nothing"
+    text = f"{type(error).__name__}: {error}"
+    cause = error.__cause__ or error.__context__
+    if cause is not None:
+        text += f" (from {type(cause).__name__}: {cause})"
+    return text[:400]
+
+
+def _run_example(plan: Plan) -> list[str]:
+    """Play ``plan`` in an event loop of its own; the promises it broke."""
+    example = Example(plan)
+
+    async def main() -> None:
+        async with asyncio.timeout(LIVENESS * 3):
+            await example.run()
+
+    try:
+        asyncio.run(main())
+    except Exception as exc:  # a crash of the example itself is reported with its plan
+        example.violations.append(
+            "the example crashed: " + "".join(traceback.format_exception(exc))
+        )
+    return example.violations
+
+
+def _report(plan: Plan, violations: list[str]) -> str:
+    return f"{plan}\n  - " + "\n  - ".join(violations)
+
+
+def test_composition() -> None:
+    """Compositions drawn at random (see the module docstring), their promises checked."""
+    # Shown with the failure even when a timeout stops the test.
+    print(f"composition: {EXAMPLES} examples from seed {FIRST_SEED}, subset {SUBSET}")
+    failures: list[str] = []
+    for seed in range(FIRST_SEED, FIRST_SEED + EXAMPLES):
+        plan = make_plan(seed)
+        violations = _run_example(plan)
+        if violations:
+            failures.append(_report(plan, violations))
+            if not KEEP_GOING:
+                break
+    assert not failures, (
+        f"{len(failures)} of {EXAMPLES} examples from seed {FIRST_SEED} failed (subset "
+        f"{SUBSET}; rerun one with ASYNCSEARCH_COMPOSITION_SEED=<seed> "
+        "ASYNCSEARCH_COMPOSITION_EXAMPLES=1):\n\n" + "\n\n".join(failures)
+    )
+
+
+def _scenario(pool: int, *calls: Call, client_middleware: str | None = None) -> Plan:
+    return Plan(0, pool, client_middleware, calls)
+
+
+#: Compositions the issue found broken on main at 1842239, one per defect of its "Why" (the
+#: random plans find them too, less surely in a small number of examples). None of them is in
+#: the today-safe subset.
+SCENARIOS = {
+    # (1) A bulk worker waiting for its next id holds a connection: a direct call gets
+    # PoolTimeoutError although nothing is in flight.
+    "direct-call-beside-a-bulk-call-over-a-slow-source": _scenario(
+        2,
+        Call("c0", "gather", source="slow", concurrency=2, id_faults=((), (), ())),
+        Call("c1", "get", after="c0"),
+    ),
+    # (1) An id source calling the client itself waits for a connection its own workers hold.
+    "id-source-calling-the-client": _scenario(
+        2, Call("c0", "gather", source="calling", concurrency=2, id_faults=((), (), ()))
+    ),
+    # (2) A bulk call's deadline while its retry waits for its connection back (held by a
+    # direct call's answer).
+    "bulk-deadline-while-its-retry-waits-for-a-connection": _scenario(
+        1,
+        Call("c0", "iter", deadline=0.25, id_faults=(("503",),)),
+        Call("c1", "get", faults=("held",), after="c0"),
+    ),
+    # (3) A middleware failing after handler() returned: one attempt, its own error.
+    "search-with-a-middleware-whose-side-request-fails": _scenario(
+        2,
+        Call("c0", "search", middleware="audit-raw"),
+        Call("c1", "search", middleware="audit"),
+        Call("c2", "get", middleware="audit"),
+    ),
+    # (3) A middleware calling handler() twice: a clear error after one attempt.
+    "middleware-calling-handler-twice": _scenario(
+        2, Call("c0", "get", middleware="twice"), Call("c1", "search", middleware="twice")
+    ),
+    # (4) A middleware that reads the body: the SDK still gets it, decoded.
+    "body-reading-middleware-with-gzip-and-chunked-answers": _scenario(
+        3,
+        Call("c0", "get", success="gzip"),
+        Call("c1", "search-incognito", success="chunked"),
+        Call("c2", "gather", concurrency=2, id_faults=(("gzip-chunked",), ("503", "gzip"))),
+        client_middleware="body",
+    ),
+    # The key in an error's cause: a middleware quoting the request's headers.
+    "middleware-error-quoting-the-request-headers": _scenario(
+        1, Call("c0", "get", middleware="audit-quoting")
+    ),
+}
+
+
+@pytest.mark.skipif(SUBSET == "today-safe", reason="each scenario fails on main at 1842239")
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_composition_scenario(name: str) -> None:
+    """A composition the issue found broken, played and checked like a random one."""
+    plan = SCENARIOS[name]
+    violations = _run_example(plan)
+    assert not violations, _report(plan, violations)
+
+
+def test_the_plans_cover_every_capability() -> None:
+    """Any 200 seeds draw every capability this test composes, and the today-safe subset
+    leaves out what it says (no I/O: plans only)."""
+    seen: set[str] = set()
+    for seed in range(FIRST_SEED, FIRST_SEED + 200):
+        for subset in ("all", "today-safe"):
+            plan = make_plan(seed, subset)
+            seen.add(f"pool{plan.pool}")
+            for call in plan.calls:
+                seen.update((call.kind, f"mw-{call.middleware}", f"source-{call.source}"))
+                seen.update(call.faults)
+                seen.update(f for faults in call.id_faults for f in faults)
+                seen.add("deadline" if call.deadline else "")
+                seen.add("cancel" if call.cancel else "")
+                seen.add("after" if call.after else "")
+                if subset == "today-safe":
+                    assert call.middleware not in FAILING_MIDDLEWARES
+                    assert call.source == "list"
+                    assert call.kind not in BULK_KINDS or call.deadline is None
+    wanted = {
+        *DIRECT_KINDS,
+        *WALK_KINDS,
+        *BULK_KINDS,
+        *(f"mw-{m}" for m in CALL_MIDDLEWARES),
+        *(f"source-{s}" for s in ("list", "slow", "calling")),
+        *FAULTS,
+        *SUCCESSES,
+        "held",
+        "deadline",
+        "cancel",
+        "after",
+        *(f"pool{n}" for n in range(1, 5)),
+    }
+    assert wanted <= seen, wanted - seen
