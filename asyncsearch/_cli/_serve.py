@@ -10,6 +10,7 @@ import signal
 import tempfile
 from typing import TYPE_CHECKING
 
+from ._outputs import check_output
 from ._run import (
     ENV_API_KEY,
     ENV_BASE_URL,
@@ -100,6 +101,9 @@ async def serve(ctx: Context) -> int:
             EXIT_USAGE,
         )
     ids_file = args.write_ids
+    if ids_file is not None:
+        # Checked before listening: a refused file is a usage error, not a server that stops.
+        check_output(ids_file, "--write-ids", force=args.force, renamed=True)
     key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
     generated = not key
     if not key:
