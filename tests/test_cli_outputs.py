@@ -308,3 +308,19 @@ def test_the_rule_lives_in_one_place() -> None:
     }
     assert callers == {"_commands.py", "_export.py", "_serve.py"}
     assert json.dumps(sorted(callers))  # each command module, none skipped
+
+
+async def test_search_parquet_never_empties_a_file_beside_it_that_it_did_not_write(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    # FILE.partial is where search writes before renaming: a killed search's own one (Parquet,
+    # or empty) is taken over; anything else is somebody's file.
+    target = tmp_path / "hits.parquet"
+    aside = tmp_path / "hits.parquet.partial"
+    aside.write_text("my notes\n")
+    result = await run_cli("search", "--parquet", str(target), env=cli_env(emu))
+    assert result.code == 2, result.stderr
+    assert f"{aside}" in result.stderr
+    assert aside.read_text() == "my notes\n"
+    assert not target.exists()
+    assert emu.stats.count() == 0

@@ -5,7 +5,9 @@ command ever writes into ``FILE`` itself: a new ``FILE`` is written aside, fsync
 over it, and a reader sees the old file or the new one, never half of one.
 
 ``search --parquet FILE`` writes ``FILE.partial`` and, when the walk ends in any way the command
-handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. A search killed
+handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. An existing
+``FILE.partial`` is taken over only when it is empty or starts as a Parquet file (a killed
+search's); anything else is refused and left as it is. A search killed
 outright (SIGKILL, power loss) leaves ``FILE`` as it was; run it again, or resume with ``--page``.
 
 ``extract-many --parquet FILE`` survives ``kill -9``: every ``FLUSH_ROWS`` results are written as
@@ -42,7 +44,7 @@ from asyncsearch import ExtractionResult
 from asyncsearch._errors import install_hint
 
 from ._outputs import cannot_write
-from ._run import CommandError
+from ._run import EXIT_USAGE, CommandError
 
 try:
     import pyarrow as pa
@@ -71,6 +73,7 @@ MAX_GROUP_BYTES = 64 * 1024 * 1024
 #: Results of ``extract-many`` per finished part file: at most what a ``kill -9`` loses.
 FLUSH_ROWS = 1_000
 
+_PARQUET_MAGIC = b"PAR1"  # the first bytes of a Parquet file
 _PART_NAME = re.compile(r"^(\d{8})\.parquet$")
 _TEMPORARY = ".tmp"
 _LOCK_NAME = "lock"
@@ -173,12 +176,25 @@ class _PartialFile:
         self._handle: IO[bytes] = open(fd, "r+b")  # noqa: SIM115 - closed in close()
         try:
             _lock(self._handle, self.partial)
+            self._check_own()
         except BaseException:
             self._handle.close()
             raise
         self._handle.truncate(0)
         self._handle.seek(0)
         self._writer = _GroupedWriter(self._handle)
+
+    def _check_own(self) -> None:
+        """Refuse to empty a ``FILE.partial`` that is not one a search was writing (empty, or
+        the start of a Parquet file): no command writes over a file it did not make."""
+        head = self._handle.read(len(_PARQUET_MAGIC))
+        if head and head != _PARQUET_MAGIC:
+            raise CommandError(
+                f"{self.partial} (beside --parquet {self.path}, where the file is written before "
+                "being renamed into place) exists and is not a Parquet file a search was "
+                "writing; it is left as it is. Move it away, or choose another --parquet file",
+                EXIT_USAGE,
+            )
 
     @property
     def rows(self) -> int:
