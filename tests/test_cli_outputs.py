@@ -324,3 +324,18 @@ async def test_search_parquet_never_empties_a_file_beside_it_that_it_did_not_wri
     assert aside.read_text() == "my notes\n"
     assert not target.exists()
     assert emu.stats.count() == 0
+
+
+async def test_extract_many_writes_into_a_named_pipe(emu: ServiceEmulator, tmp_path: Path) -> None:
+    # A pipe is an output like stdout: nothing in it to read back (reading would wait forever).
+    ids_file = _ids_file(emu, tmp_path, n=2)
+    fifo = tmp_path / "results.pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = await run_cli("extract-many", str(ids_file), "-o", str(fifo), env=cli_env(emu))
+        assert result.code == 0, result.stderr
+        written = os.read(reader, 1 << 20)
+    finally:
+        os.close(reader)
+    assert [json.loads(line)["ok"] for line in written.splitlines()] == [True, True]

@@ -163,6 +163,10 @@ def _lock(handle: IO[bytes], name: str) -> None:
 def _open_output(name: str, *, replace: bool) -> tuple[IO[bytes], _Existing]:
     """The ``-o`` file, locked and read back; ``replace`` (--force): emptied instead."""
     try:
+        if os.path.exists(name) and not os.path.isfile(name):
+            # A pipe or a device (/dev/null): written like stdout, with nothing to read back or
+            # protect (and a pipe cannot be opened for appending: it has no end to seek to).
+            return open(name, "wb"), _Existing()
         handle = open(name, "a+b")  # noqa: SIM115 - closed by the caller when the run ends
     except OSError as exc:
         raise cannot_write(name, "--output", exc.strerror or str(exc)) from None
