@@ -61,7 +61,7 @@ def needs_extra(needs: str, extra: str) -> Iterator[None]:
 
 
 with needs_extra("asyncsearch.arrow needs pyarrow and numpy", "arrow"):
-    import numpy as np  # noqa: F401 - the matrices come from numpy (asyncsearch._models)
+    import numpy as np
     import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -283,6 +283,25 @@ class HitBatches:
                 )
             )
         return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def vector_matrix(column: pa.FixedSizeListArray) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A ``fixed_size_list<float32>`` column as a (rows, width) matrix: a null (a hit without
+    that vector) is a row of NaN, as ``SearchPage.embedding_matrix`` gives it.
+
+    ``asyncsearch.ray`` makes its tensor columns with it; here so that it is tested without Ray.
+    """
+    rows, width = len(column), column.type.list_size
+    if column.null_count == 0:  # no copy
+        whole: np.ndarray[Any, np.dtype[np.float32]] = column.flatten().to_numpy()
+        return whole.reshape(rows, width)
+    matrix = np.full((rows, width), np.nan, dtype=np.float32)
+    valid = column.is_valid()
+    present = column.filter(valid)
+    matrix[valid.to_numpy(zero_copy_only=False)] = (
+        present.flatten().to_numpy().reshape(len(present), width)
+    )
+    return matrix
 
 
 def check_embedding_widths(widths: object) -> dict[EmbeddingName, int]:

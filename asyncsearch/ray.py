@@ -62,10 +62,10 @@ from asyncsearch.arrow import (
     extraction_values,
     extractions_batch,
     needs_extra,
+    vector_matrix,
 )
 
 with needs_extra("asyncsearch.ray needs Ray Data", "ray"):
-    import numpy as np
     import pyarrow as pa
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
@@ -346,25 +346,9 @@ def _with_tensor_columns(table: pa.Table) -> pa.Table:
         index = table.schema.get_field_index(name)
         if index >= 0:
             column = table.column(index).combine_chunks()
-            tensors = ArrowTensorArray.from_numpy(_vector_matrix(column), column_name=name)
+            tensors = ArrowTensorArray.from_numpy(vector_matrix(column), column_name=name)
             table = table.set_column(index, name, tensors)
     return table
-
-
-def _vector_matrix(column: pa.FixedSizeListArray) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """A ``fixed_size_list<float32>`` column as a (rows, width) matrix: a null (a hit without
-    that vector) is a row of NaN, as ``SearchPage.embedding_matrix`` gives it."""
-    rows, width = len(column), column.type.list_size
-    if column.null_count == 0:  # no copy
-        whole: np.ndarray[Any, np.dtype[np.float32]] = column.flatten().to_numpy()
-        return whole.reshape(rows, width)
-    matrix = np.full((rows, width), np.nan, dtype=np.float32)
-    valid = column.is_valid()
-    present = column.filter(valid)
-    matrix[valid.to_numpy(zero_copy_only=False)] = (
-        present.flatten().to_numpy().reshape(len(present), width)
-    )
-    return matrix
 
 
 def read_search(

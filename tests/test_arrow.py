@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pytest_asyncio
 from aiohttp import web
 
+import asyncsearch
 import asyncsearch.arrow
 from asyncsearch import (
     AsyncSearchClient,
@@ -359,3 +361,29 @@ def test_import_asyncsearch_imports_no_pyarrow() -> None:
         check=True,
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_vector_columns_as_matrices_have_nan_rows_for_missing_vectors() -> None:
+    """What asyncsearch.ray's tensor columns hold (tests/test_ray.py needs Ray; this does not):
+    a hit without the vector is a row of NaN, as SearchPage.embedding_matrix gives it."""
+    from asyncsearch.arrow import vector_matrix
+
+    width = 3
+    values = [[1.0, 2.0, 3.0], None, [4.0, 5.0, 6.0], None]
+    column = pa.array(values, type=pa.list_(pa.float32(), width))
+    matrix = vector_matrix(column)
+    assert matrix.dtype == np.float32
+    assert matrix.shape == (4, width)
+    np.testing.assert_array_equal(matrix[[0, 2]], [[1, 2, 3], [4, 5, 6]])
+    assert np.isnan(matrix[[1, 3]]).all()
+    # Without a null the column's values are taken as they are.
+    whole = vector_matrix(pa.array(values[::2], type=pa.list_(pa.float32(), width)))
+    np.testing.assert_array_equal(whole, [[1, 2, 3], [4, 5, 6]])
+    # A column settled as absent (width 0, all null) is a matrix of no columns.
+    assert vector_matrix(pa.array([None, None], type=pa.list_(pa.float32(), 0))).shape == (2, 0)
+
+
+def test_the_ray_module_makes_its_tensor_columns_with_vector_matrix() -> None:
+    """The function tested above is the one asyncsearch.ray uses (read without importing Ray)."""
+    source = Path(asyncsearch.__file__).with_name("ray.py").read_text()
+    assert "ArrowTensorArray.from_numpy(vector_matrix(column)" in source

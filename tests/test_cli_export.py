@@ -223,7 +223,7 @@ async def test_a_line_that_does_not_parse_is_reported_and_its_id_fetched_again(
 
     result = await run_cli(*args, env=cli_env(emu))
     assert result.code == 0, result.stderr
-    assert f"1 line of {out} did not parse" in result.stderr
+    assert f"1 line of {out} is not a line of extract-many" in result.stderr
     after = out.read_bytes().splitlines(keepends=True)
     assert after[:10] == lines  # nothing rewritten
     assert len(after) == 11
@@ -409,7 +409,7 @@ async def test_an_output_that_is_not_json_lines_is_refused_and_kept(
     out.write_bytes(content)
     result = await run_cli("extract-many", str(ids_file), "-o", str(out), env=cli_env(emu))
     assert result.code == 2, result.stderr
-    assert f"{out} (--output) is not empty and not a JSON Lines file" in result.stderr
+    assert f"{out} (--output): it exists and is not an export of extract-many" in result.stderr
     assert out.read_bytes() == content
     assert emu.stats.count() == 0
 

@@ -75,7 +75,10 @@ async def test_search_parquet_reads_back_as_search_table(
     assert pages > 1
     assert pq.ParquetFile(out).metadata.num_row_groups == 1 < pages
 
-    cut = await run_cli("search", "--parquet", str(out), "--max-items", "9", env=cli_env(emu))
+    # A second search onto the file replaces it only when told to (it resumes nothing).
+    cut = await run_cli(
+        "search", "--parquet", str(out), "--max-items", "9", "--force", env=cli_env(emu)
+    )
     assert cut.code == 0, cut.stderr
     assert pq.read_table(out).num_rows == 9
 
@@ -188,7 +191,8 @@ async def test_a_file_that_is_not_an_export_is_refused_and_kept(
         )
         assert result.code != 0
         assert result.code == 2
-        assert "choose another --parquet file" in result.stderr
+        assert f"{target} (--parquet): it exists and is not a Parquet export" in result.stderr
+        assert "Choose another file, or add --force" in result.stderr
         assert target.read_bytes() == before
         assert not (tmp_path / f"{target.name}.parts").exists()
     assert sum(extract_fetches(emu).values()) == 0
@@ -315,7 +319,7 @@ async def test_output_onto_a_parquet_file_is_refused_and_kept(
     # -o for --parquet, an easy slip: appending JSON Lines would make the file unreadable.
     result = await run_cli("extract-many", str(ids_file), "-o", str(results), env=cli_env(emu))
     assert result.code == 2, result.stderr
-    assert f"{results} (--output) is not empty and not a JSON Lines file" in result.stderr
+    assert f"{results} (--output): it exists and is not an export of extract-many" in result.stderr
     assert "it is a Parquet file" in result.stderr
     assert "--parquet" in result.stderr
     assert results.read_bytes() == before

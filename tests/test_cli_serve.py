@@ -156,8 +156,8 @@ async def test_serve_write_ids_then_extract_many_from_a_shell(tmp_path: Path) ->
 async def test_serve_write_ids_to_a_missing_folder_fails_cleanly(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-folder" / "ids.txt"
     result = await run_cli("serve", "--port", "0", "--write-ids", str(missing), env=cli_env())
-    assert result.code == 1
-    assert f"cannot write {missing}" in result.stderr
+    assert result.code == 2  # checked before listening: a usage error
+    assert f"cannot open the output file {missing} (--write-ids)" in result.stderr
     assert "Traceback" not in result.stderr
 
 

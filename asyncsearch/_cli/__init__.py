@@ -82,9 +82,14 @@ merged into FILE (row groups of 16,384 rows) and the parts removed. Resuming rea
 from FILE and the finished parts and fetches only the others; with --retry-failed a failed id's
 new row replaces the failed one, so every id is in the file once.
 
-The output is never the input (IDS, also through a link), -o is refused onto a file that is not
-empty and not JSON Lines (e.g. a Parquet file: use --parquet), and an output that cannot be
-written is a usage error (exit 2).
+No command writes over a file it did not make: the output is never the input (IDS, also through
+a link); an existing -o file is resumed only when it is empty or an export of extract-many (its
+first line has "jobId" and "ok"), and an existing --parquet file only when it has the columns of
+one; anything else is refused (exit 2) and left as it is. --force replaces the file instead and
+starts a new export. An output that cannot be written is a usage error (exit 2).
+
+Progress: a bar on a terminal; otherwise a plain line on stderr every 5 seconds. --quiet turns
+both off (the summary is still printed).
 
 Ctrl-C (or SIGTERM): no new request is started, the requests in flight are awaited and written
 (for up to 15 seconds; Ctrl-C again stops at once), a summary is printed, and the exit status is
@@ -118,6 +123,20 @@ _non_negative_int = _number(int, lambda v: v >= 0, "an integer", "must not be ne
 _port = _number(int, lambda v: 0 <= v <= 65535, "a port number", "not a port number")
 _positive_float = _number(
     float, lambda v: 0 < v < float("inf"), "a number", "must be a positive number of seconds"
+)
+
+
+def _given(text: str) -> str:
+    """An argparse ``type=`` for text options: an empty value is a slip (an unset shell
+    variable), never a request to fall back to the environment or a default."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+FORCE_HELP = (
+    "replace an existing output file that this command would otherwise refuse (any file it "
+    "does not resume); without it, no command writes over a file it did not make"
 )
 
 
@@ -155,12 +174,18 @@ def _client_options(*, suppress: bool) -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("service options")
     group.add_argument(
-        "--api-key", metavar="KEY", help=f"the API key (default: env {ENV_API_KEY}); never printed"
+        "--api-key",
+        type=_given,
+        metavar="KEY",
+        help=f"the API key (default: env {ENV_API_KEY}); never printed",
     )
     group.add_argument(
-        "--base-url", metavar="URL", help=f"the service's URL (default: env {ENV_BASE_URL})"
+        "--base-url",
+        type=_given,
+        metavar="URL",
+        help=f"the service's URL (default: env {ENV_BASE_URL})",
     )
-    group.add_argument("--base-id", metavar="ID", help="run against this base")
+    group.add_argument("--base-id", type=_given, metavar="ID", help="run against this base")
     group.add_argument(
         "--allow-http",
         action="store_true",
@@ -231,19 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     search.add_argument("text", nargs="?", help="the text to search for")
     query = search.add_argument_group("query")
-    query.add_argument("--image", metavar="PATH", help="search by this image file")
-    query.add_argument("--resource-id", metavar="ID", help="search resources similar to this one")
+    query.add_argument("--image", type=_given, metavar="PATH", help="search by this image file")
+    query.add_argument(
+        "--resource-id", type=_given, metavar="ID", help="search resources similar to this one"
+    )
     query.add_argument("--precision", type=float, help="from 0 to 1: how close hits must be")
     query.add_argument(
         "--incognito", action="store_true", help="do not keep this search in the history"
     )
     filters = search.add_argument_group("filters (repeat a flag for any of several values)")
-    filters.add_argument("--kind", action="append", dest="kinds", metavar="KIND")
+    filters.add_argument("--kind", action="append", type=_given, dest="kinds", metavar="KIND")
     filters.add_argument("--color", action="append", type=int, metavar="N", help="label id")
-    filters.add_argument("--parent-id", action="append", dest="parent_ids", metavar="ID")
-    filters.add_argument("--ancestor-id", action="append", dest="ancestor_ids", metavar="ID")
-    filters.add_argument("--tag-id", action="append", dest="tag_ids", metavar="ID")
-    filters.add_argument("--user-id", action="append", dest="user_ids", metavar="ID")
+    filters.add_argument(
+        "--parent-id", action="append", type=_given, dest="parent_ids", metavar="ID"
+    )
+    filters.add_argument(
+        "--ancestor-id", action="append", type=_given, dest="ancestor_ids", metavar="ID"
+    )
+    filters.add_argument("--tag-id", action="append", type=_given, dest="tag_ids", metavar="ID")
+    filters.add_argument("--user-id", action="append", type=_given, dest="user_ids", metavar="ID")
     filters.add_argument(
         "--created-after", type=_timestamp, metavar="TIME", help="ISO 8601 with offset or Z"
     )
@@ -277,12 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     formats.add_argument("--json", action="store_true", help="one JSON line per hit")
     formats.add_argument(
         "--parquet",
+        type=_given,
         metavar="FILE",
         help=(
             "write the hits to a Parquet file (the columns of asyncsearch.arrow.search_table, "
             "embeddings included; every hit unless --max-items), needs pyarrow (the arrow extra)"
         ),
     )
+    results.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     extract = _subcommand(
         commands,
@@ -323,16 +356,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="export many extraction results to a resumable JSON Lines file",
         description=EXTRACT_MANY_HELP,
     )
-    many.add_argument("ids", metavar="IDS", help="a file of job ids, one per line, or - for stdin")
+    many.add_argument(
+        "ids", type=_given, metavar="IDS", help="a file of job ids, one per line, or - for stdin"
+    )
     outputs = many.add_mutually_exclusive_group(required=True)
     outputs.add_argument(
         "-o",
         "--output",
+        type=_given,
         metavar="FILE",
         help="the JSON Lines file to write or resume; - for stdout (not resumable)",
     )
     outputs.add_argument(
         "--parquet",
+        type=_given,
         metavar="FILE",
         help=(
             "the Parquet file to write or resume instead: one row per id (job_id, state, "
@@ -348,6 +385,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fetch again the ids whose line is a failure (appending; the last line wins)",
     )
+    many.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the output file instead of resuming it: a new export, also over a file "
+        "that is not one",
+    )
+    many.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress (bar, or lines on stderr when it is not a terminal); the summary stays",
+    )
 
     serve = _subcommand(
         commands,
@@ -361,9 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         service=False,
     )
-    serve.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    serve.add_argument("--host", type=_given, default="127.0.0.1", help="default: 127.0.0.1")
     serve.add_argument("--port", type=_port, default=8000, help="default: 8000; 0 picks one")
-    serve.add_argument("--api-key", metavar="KEY", default=argparse.SUPPRESS)
+    serve.add_argument("--api-key", type=_given, metavar="KEY", default=argparse.SUPPRESS)
     serve.add_argument(
         "--seed", type=int, default=0, help="seed of the generated data (default: 0)"
     )
@@ -379,10 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--write-ids",
+        type=_given,
         metavar="FILE",
         help="write the seeded extraction job ids to FILE, one per line, once listening "
         "(for extract-many)",
     )
+    serve.add_argument("--force", action="store_true", help=FORCE_HELP)
     serve.add_argument(
         "--strict",
         action="store_true",

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from asyncsearch import AsyncSearchClient, ExtractionJob, SearchFilters, SearchHit, image_data_url
 
-from ._outputs import check_not_input, check_writable
+from ._outputs import check_not_input, check_output
 from ._render import (
     hits_table,
     link_preview_table,
@@ -53,7 +53,7 @@ async def search(ctx: Context) -> int:
     if args.parquet is not None:
         if args.image:
             check_not_input(args.image, "--image", args.parquet, "--parquet")
-        check_writable(args.parquet, "--parquet", renamed=True)
+        check_output(args.parquet, "--parquet", force=args.force, renamed=True)
     image = image_data_url(args.image) if args.image else None
     if args.resource_id:
         ctx.subject = f"resource {args.resource_id}"

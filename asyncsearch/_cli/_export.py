@@ -33,7 +33,7 @@ from rich.progress import (
 
 from asyncsearch import AuthenticationError, ExtractionResult
 
-from ._outputs import STDOUT, cannot_write, check_not_input, check_writable
+from ._outputs import STDOUT, cannot_write, check_not_input, check_output
 from ._render import stderr_console
 from ._run import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, Context, count
 
@@ -45,6 +45,9 @@ __all__ = ["extract_many"]
 #: After Ctrl-C or SIGTERM, how long the requests in flight may take before they are dropped.
 GRACE_SECONDS = 15.0
 CHUNK_SIZE = 64 * 1024
+#: Without a terminal (a CI log, a container), a plain progress line this often on stderr: a
+#: long run must not look hung, and a log should not get a line per result.
+PROGRESS_SECONDS = 5.0
 #: The first bytes of a Parquet file: an easy slip is ``-o FILE.parquet`` for ``--parquet``.
 PARQUET_MAGIC = b"PAR1"
 
@@ -70,52 +73,56 @@ class _Existing:
     cut_bytes: int = 0  # a partial last line, cut off
 
 
-def _not_an_export(name: str, what: str) -> CommandError:
-    return CommandError(
-        f"{name} (--output) is not empty and not a JSON Lines file of extract-many ({what}); "
-        "it is left as it is: choose another --output file"
-        + (", or --parquet for a Parquet file" if "Parquet" in what else ""),
-        EXIT_USAGE,
-    )
+#: What ``-o`` resumes, as the refusal of anything else says it.
+JSON_LINES_EXPORT = "an export of extract-many (JSON Lines, one result per line)"
+#: The longest first line read to recognise an export (a job's line is rarely over 1 MB).
+FIRST_LINE_LIMIT = 16 * 1024 * 1024
+#: How an export's lines start, as ``_encoder`` writes them: ``{"jobId":``.
+LINE_START = b'{"jobId":'
 
 
-def _check_first_line(name: str, line: bytes, terminated: bool) -> None:
-    """Refuse a file whose first line is not a JSON object (the start of one, if cut short).
+def recognise_export(path: str) -> str | None:
+    """None when ``path`` is empty or a JSON Lines export of extract-many; else why it is not.
 
     Only the first line decides: a line damaged later in a real export is reported and its id
-    fetched again, but a file that starts with something else (a list of ids, a CSV, a binary
-    file) is not an export, and cutting or appending to it would damage it.
+    fetched again, but a file that starts with anything else (an app's log, a config, a list of
+    ids, a CSV, a Parquet file) is not an export, and cutting or appending to it would harm it.
     """
-    if terminated:
-        try:
-            msgspec.json.decode(line, type=dict[str, Any])
-        except msgspec.DecodeError:
-            raise _not_an_export(name, "its first line is not a JSON object") from None
-    elif not line.lstrip().startswith(b"{"):
-        raise _not_an_export(name, "it does not start with a JSON object")
+    with open(path, "rb") as handle:
+        if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+            return "it is a Parquet file (--parquet writes and resumes those)"
+        handle.seek(0)
+        line = b""
+        while not line.strip():
+            line = handle.readline(FIRST_LINE_LIMIT)
+            if not line:
+                return None  # empty, or only blank lines: nothing to harm
+    if not line.endswith(b"\n"):
+        # Cut short by a kill in the middle of the first write, or too long to judge.
+        if line.lstrip().startswith(LINE_START):
+            return None
+        return "its first line is not a line of extract-many"
+    try:
+        _head_decoder.decode(line)
+    except msgspec.DecodeError:
+        return 'its first line is not a line of extract-many (a JSON object with "jobId" and "ok")'
+    return None
 
 
 def _scan(handle: IO[bytes], name: str) -> _Existing:
     """Read back an output file, cut a partial last line off, and leave it ready to append.
 
-    ``CommandError`` (exit 2) for a non-empty file that is not JSON Lines, left untouched.
+    The file was recognised as an export by ``recognise_export`` (``check_output``).
     """
     found = _Existing()
     handle.seek(0)
-    if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
-        raise _not_an_export(name, "it is a Parquet file")
-    handle.seek(0)
     end = 0  # where the last complete line ends
     unterminated = False
-    first = True
     for line in handle:
         terminated = line.endswith(b"\n")
         if not line.strip():
             end += len(line)
             continue
-        if first:
-            _check_first_line(name, line, terminated)
-            first = False
         try:
             head = _head_decoder.decode(line)
         except msgspec.DecodeError:
@@ -153,14 +160,22 @@ def _lock(handle: IO[bytes], name: str) -> None:
         ) from None
 
 
-def _open_output(name: str) -> tuple[IO[bytes], _Existing]:
-    check_writable(name, "--output")
+def _open_output(name: str, *, replace: bool) -> tuple[IO[bytes], _Existing]:
+    """The ``-o`` file, locked and read back; ``replace`` (--force): emptied instead."""
     try:
+        if os.path.exists(name) and not os.path.isfile(name):
+            # A pipe or a device (/dev/null): written like stdout, with nothing to read back or
+            # protect (and a pipe cannot be opened for appending: it has no end to seek to).
+            return open(name, "wb"), _Existing()
         handle = open(name, "a+b")  # noqa: SIM115 - closed by the caller when the run ends
     except OSError as exc:
         raise cannot_write(name, "--output", exc.strerror or str(exc)) from None
     try:
         _lock(handle, name)
+        if replace and stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            # Emptied only once this run holds the lock, never under another run.
+            handle.truncate(0)
+            return handle, _Existing()
         return handle, _scan(handle, name)
     except BaseException:
         handle.close()
@@ -353,7 +368,38 @@ def _line(result: ExtractionResult, ctx: Context) -> bytes:
     return _encoder.encode(body) + b"\n"
 
 
-def _progress(total: int | None) -> Progress:
+class _ProgressLines:
+    """Progress for a log: a plain line on stderr every ``PROGRESS_SECONDS`` until stopped."""
+
+    def __init__(self, export: _Export, total: int | None, started: float) -> None:
+        self._export = export
+        self._total = total
+        self._started = started
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(PROGRESS_SECONDS, self._tick)
+
+    def _tick(self) -> None:
+        export = self._export
+        of = "" if self._total is None else f" of {self._total}"
+        elapsed = time.monotonic() - self._started
+        print(
+            f"extract-many: {export.fetched}{of} fetched so far ({export.fetched_failed} failed, "
+            f"{export.in_flight} in flight) after {elapsed:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _progress(total: int | None, *, shown: bool) -> Progress:
+    """The progress bar; ``shown`` False (--quiet, or no terminal) keeps it off the screen."""
     console = stderr_console()
     return Progress(
         SpinnerColumn(),
@@ -364,7 +410,7 @@ def _progress(total: int | None) -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=console,
-        disable=not console.is_terminal,
+        disable=not (shown and console.is_terminal),
     )
 
 
@@ -406,9 +452,25 @@ async def extract_many(ctx: Context) -> int:
     client = ctx.client()  # a missing key or URL is reported before any file is touched
     if args.parquet is not None:
         check_not_input(args.ids, "IDS", args.parquet, "--parquet")
-        check_writable(args.parquet, "--parquet", renamed=True)
+        from ._parquet import PARQUET_EXPORT, recognise_parquet_export
+
+        check_output(
+            args.parquet,
+            "--parquet",
+            force=args.force,
+            renamed=True,
+            export=PARQUET_EXPORT,
+            recognise=recognise_parquet_export,
+        )
     else:
         check_not_input(args.ids, "IDS", args.output, "--output")
+        check_output(
+            args.output,
+            "--output",
+            force=args.force,
+            export=JSON_LINES_EXPORT,
+            recognise=recognise_export,
+        )
     chunks, countable = _open_ids(args.ids)
     out: IO[bytes] | None = None
     parquet = None
@@ -416,7 +478,7 @@ async def extract_many(ctx: Context) -> int:
         try:
             from ._parquet import ExtractionParquet
 
-            parquet = ExtractionParquet(args.parquet, redact=ctx.redact)
+            parquet = ExtractionParquet(args.parquet, redact=ctx.redact, replace=args.force)
         except BaseException:
             chunks.close()
             raise
@@ -425,16 +487,17 @@ async def extract_many(ctx: Context) -> int:
         out, existing = sys.stdout.buffer, _Existing()
     else:
         try:
-            out, existing = _open_output(args.output)
+            out, existing = _open_output(args.output, replace=args.force)
         except BaseException:
             chunks.close()
             raise
     output_name = args.parquet if parquet is not None else args.output
     export = _Export(done=existing.state, retry_failed=args.retry_failed)
     total = None
-    if countable and stderr_console().is_terminal:
+    terminal = stderr_console().is_terminal
+    if countable and not args.quiet:
         total = _count_pending(args.ids, existing.state, args.retry_failed)
-    progress = _progress(total)
+    progress = _progress(total, shown=not args.quiet)
     say = progress.console.print
     if existing.cut_bytes:
         say(
@@ -446,8 +509,9 @@ async def extract_many(ctx: Context) -> int:
         )
     if existing.bad_lines:
         say(
-            f"extract-many: {count(existing.bad_lines, 'line')} of {args.output} did not "
-            "parse; ignored, their ids are fetched again",
+            f"extract-many: {count(existing.bad_lines, 'line')} of {args.output} "
+            f"{'is' if existing.bad_lines == 1 else 'are'} not a line of extract-many (not "
+            'JSON, or no "jobId" and "ok"); ignored, and any ids they hold fetched again',
             markup=False,
             soft_wrap=True,
         )
@@ -471,8 +535,11 @@ async def extract_many(ctx: Context) -> int:
     ctx.runtime.on_signal = on_signal
     started = time.monotonic()
     task = progress.add_task("fetching", total=total, failed=0)
+    lines = None if args.quiet or terminal else _ProgressLines(export, total, started)
     finished = False
     try:
+        if lines is not None:
+            lines.start()
         with progress:
             async with (
                 client,
@@ -500,6 +567,8 @@ async def extract_many(ctx: Context) -> int:
                         break
         finished = not export.stopping
     finally:
+        if lines is not None:
+            lines.stop()
         for timer in timers:
             timer.cancel()
         chunks.close()

@@ -1,5 +1,12 @@
 """Checks of the files a command is asked to write, made before anything is sent or written.
 
+No command writes over a file it did not make: ``check_output`` is the one rule every output
+of every command goes through (``search --parquet``, ``extract-many -o`` and ``--parquet``,
+``serve --write-ids``). An existing regular file is written to only when the command recognises
+it as its own export, and then only in the ways it documents (resuming, ``--retry-failed``);
+any other is refused (exit 2) and left as it is, unless ``--force`` says to replace it.
+``-`` (stdout), a pipe, a terminal and ``/dev/null`` hold nothing to protect.
+
 A command never writes over what it reads (``extract-many ids.txt -o ids.txt`` would read its own
 lines back as ids forever; ``search --image a.png --parquet a.png`` would replace the image), and
 an output that cannot be written is a usage error (exit 2) naming the path as the user gave it.
@@ -11,10 +18,19 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Callable
 
 from ._run import EXIT_USAGE, CommandError
 
-__all__ = ["STDIN", "STDOUT", "cannot_write", "check_not_input", "check_writable"]
+__all__ = [
+    "STDIN",
+    "STDOUT",
+    "Recognise",
+    "cannot_write",
+    "check_not_input",
+    "check_output",
+    "check_writable",
+]
 
 #: The name ``-`` stands for stdin as an input and stdout as an output.
 STDIN = STDOUT = "-"
@@ -73,3 +89,59 @@ def check_writable(path: str, flag: str, *, renamed: bool = False) -> None:
             raise cannot_write(path, flag, "the file is not writable")
     elif not os.access(folder, os.W_OK | os.X_OK):
         raise cannot_write(path, flag, f"the folder {folder} is not writable")
+
+
+#: Reads an existing output file and says why it is NOT this command's own export (None: it is).
+Recognise = Callable[[str], str | None]
+
+
+def check_output(
+    path: str,
+    flag: str,
+    *,
+    force: bool,
+    renamed: bool = False,
+    export: str | None = None,
+    recognise: Recognise | None = None,
+) -> bool:
+    """The rule for every output of every command; True when ``path`` is an export to resume.
+
+    ``export`` names what the command resumes ("a JSON Lines export of extract-many") and
+    ``recognise`` tells it from anything else; a command that resumes nothing gives neither,
+    and then every existing regular file is refused. ``force``: the file is replaced instead
+    (the caller starts anew; False is returned). ``renamed``: the output is written aside and
+    renamed over ``path``, so it must be a regular file or nothing (a rename over a pipe or
+    ``/dev/null`` would replace the pipe or the device itself). Raises ``CommandError`` (exit 2).
+    """
+    if path == STDOUT:
+        return False
+    check_writable(path, flag, renamed=renamed)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise cannot_write(path, flag, exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        if renamed:
+            raise cannot_write(
+                path,
+                flag,
+                "it is not a regular file (a pipe or a device); the file is written aside and "
+                "renamed into place, which would replace it: choose a file name",
+            )
+        return False
+    if force:
+        return False
+    if recognise is None or export is None:
+        why = "it exists, and this command writes a new file: it resumes none"
+    else:
+        reason = recognise(path)
+        if reason is None:
+            return True
+        why = f"it exists and is not {export}: {reason}"
+    raise CommandError(
+        f"{path} ({flag}): {why}; it is left as it is. Choose another file, or add --force to "
+        "replace it",
+        EXIT_USAGE,
+    )

@@ -5,7 +5,9 @@ command ever writes into ``FILE`` itself: a new ``FILE`` is written aside, fsync
 over it, and a reader sees the old file or the new one, never half of one.
 
 ``search --parquet FILE`` writes ``FILE.partial`` and, when the walk ends in any way the command
-handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. A search killed
+handles (done, Ctrl-C, SIGTERM, an error), closes it and renames it over ``FILE``. An existing
+``FILE.partial`` is taken over only when it is empty or starts as a Parquet file (a killed
+search's); anything else is refused and left as it is. A search killed
 outright (SIGKILL, power loss) leaves ``FILE`` as it was; run it again, or resume with ``--page``.
 
 ``extract-many --parquet FILE`` survives ``kill -9``: every ``FLUSH_ROWS`` results are written as
@@ -54,7 +56,14 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         f"--parquet needs pyarrow: {install_hint('arrow')} ({exc.name or exc} is missing)"
     ) from exc
 
-__all__ = ["FLUSH_ROWS", "ROWS_PER_GROUP", "ExtractionParquet", "HitParquet"]
+__all__ = [
+    "FLUSH_ROWS",
+    "PARQUET_EXPORT",
+    "ROWS_PER_GROUP",
+    "ExtractionParquet",
+    "HitParquet",
+    "recognise_parquet_export",
+]
 
 #: Rows per row group of a finished file (at least; the last group holds the rest).
 ROWS_PER_GROUP = 16_384
@@ -64,6 +73,7 @@ MAX_GROUP_BYTES = 64 * 1024 * 1024
 #: Results of ``extract-many`` per finished part file: at most what a ``kill -9`` loses.
 FLUSH_ROWS = 1_000
 
+_PARQUET_MAGIC = b"PAR1"  # the first bytes of a Parquet file
 _PART_NAME = re.compile(r"^(\d{8})\.parquet$")
 _TEMPORARY = ".tmp"
 _LOCK_NAME = "lock"
@@ -156,16 +166,35 @@ class _PartialFile:
         try:
             fd = os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise cannot_write(path, "--parquet", exc.strerror or str(exc)) from None
+            # Name the file that could not be made: FILE itself may well exist (/proc/version).
+            raise cannot_write(
+                path,
+                "--parquet",
+                f"cannot create {self.partial}, where it is written before being renamed "
+                f"into place: {exc.strerror or exc}",
+            ) from None
         self._handle: IO[bytes] = open(fd, "r+b")  # noqa: SIM115 - closed in close()
         try:
             _lock(self._handle, self.partial)
+            self._check_own()
         except BaseException:
             self._handle.close()
             raise
         self._handle.truncate(0)
         self._handle.seek(0)
         self._writer = _GroupedWriter(self._handle)
+
+    def _check_own(self) -> None:
+        """Refuse to empty a ``FILE.partial`` that is not one a search was writing (empty, or
+        the start of a Parquet file): no command writes over a file it did not make."""
+        head = self._handle.read(len(_PARQUET_MAGIC))
+        if head and head != _PARQUET_MAGIC:
+            raise CommandError(
+                f"{self.partial} (beside --parquet {self.path}, where the file is written before "
+                "being renamed into place) exists and is not a Parquet file a search was "
+                "writing; it is left as it is. Move it away, or choose another --parquet file",
+                EXIT_USAGE,
+            )
 
     @property
     def rows(self) -> int:
@@ -188,29 +217,30 @@ class _PartialFile:
             self._handle.close()
 
 
-def _not_resumable(path: str, why: str) -> CommandError:
-    return CommandError(
-        f"{path} is not a Parquet file this command can resume ({why}); move it away or "
-        "choose another --parquet file",
-        EXIT_USAGE,
-    )
+#: What ``extract-many --parquet`` resumes, as the refusal of anything else says it.
+PARQUET_EXPORT = "a Parquet export of extract-many"
 
 
-def _check_export(source: str, path: str) -> None:
-    """Refuse ``source`` (``path`` or one of its parts) unless it is an ``extract-many`` file."""
+def recognise_parquet_export(path: str) -> str | None:
+    """None when ``path`` (FILE or one of its parts) is a Parquet file of ``extract-many``;
+    else why it is not."""
     try:
-        names = pq.read_schema(source).names
+        names = pq.read_schema(path).names
     except (OSError, pa.ArrowInvalid) as exc:
-        if source == path:
-            raise _not_resumable(path, str(exc)) from None
-        raise CommandError(
-            f"{source}, a finished part of {path}, cannot be read ({exc}); remove it to fetch "
-            "its ids again"
-        ) from None
+        return f"it cannot be read as Parquet ({exc})"
     if names != EXTRACTION_SCHEMA.names:
-        raise _not_resumable(
-            source,
-            f"it has the columns {names}, not those of extract-many {EXTRACTION_SCHEMA.names}",
+        return f"it has the columns {names}, not those of extract-many {EXTRACTION_SCHEMA.names}"
+    return None
+
+
+def _check_part(part: str, path: str) -> None:
+    """Refuse to resume from a finished part of ``path`` that is not one (FILE itself was
+    recognised by ``check_output`` before the run started)."""
+    why = recognise_parquet_export(part)
+    if why is not None:
+        raise CommandError(
+            f"{part}, a finished part of {path}, is not a part of extract-many ({why}); remove "
+            "it to fetch its ids again"
         )
 
 
@@ -314,19 +344,25 @@ def _merge(sources: list[str], path: str, temporary: str) -> None:
 class ExtractionParquet:
     """The Parquet output of ``extract-many``: ``EXTRACTION_SCHEMA``, one row per id."""
 
-    def __init__(self, path: str, *, redact: Callable[[str], str]) -> None:
+    def __init__(self, path: str, *, redact: Callable[[str], str], replace: bool = False) -> None:
         # --retry-failed needs nothing here: a failed id fetched again gets a later row, which
         # wins over the failed one in the merge.
         self.path = path
         self._redact = redact
+        #: --force: FILE and the parts of an earlier run are not read, and replaced at the end.
+        self._replace = replace
         self._parts = _PartsFolder(path)
         try:
-            sources = [path] if os.path.exists(path) else []
+            if replace:
+                for part in self._parts.finished():
+                    os.unlink(part)
+            sources = [path] if self._resumes() else []
             sources += self._parts.finished()
             #: id -> whether its last row is a success, in FILE and the finished parts.
             self.state: dict[str, bool] = {}
             for source in sources:
-                _check_export(source, path)
+                if source != path:
+                    _check_part(source, path)
                 table = pq.read_table(source, columns=["job_id", "error"])
                 ids = table.column("job_id").to_pylist()
                 ok = table.column("error").is_null().to_pylist()
@@ -345,6 +381,10 @@ class ExtractionParquet:
         if len(self._pending) >= FLUSH_ROWS:
             self.flush()
 
+    def _resumes(self) -> bool:
+        """Whether FILE holds rows of this export (an earlier run's), merged with the new ones."""
+        return not self._replace and os.path.exists(self.path)
+
     def flush(self) -> None:
         """Write the results held as a finished part."""
         if self._pending:
@@ -359,8 +399,8 @@ class ExtractionParquet:
         try:
             self.flush()
             parts = self._parts.finished()
-            if parts or not os.path.exists(self.path):
-                sources = ([self.path] if os.path.exists(self.path) else []) + parts
+            if parts or not self._resumes():
+                sources = ([self.path] if self._resumes() else []) + parts
                 temporary = os.path.join(self._parts.folder, "merged.parquet" + _TEMPORARY)
                 _merge(sources, self.path, temporary)
                 for part in parts:

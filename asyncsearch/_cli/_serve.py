@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import secrets
 import shlex
 import signal
+import sys
 import tempfile
 from typing import TYPE_CHECKING
 
+from ._outputs import check_output
 from ._run import (
     ENV_API_KEY,
     ENV_BASE_URL,
@@ -75,6 +78,17 @@ def _announce(
     print("Press Ctrl-C to stop.", flush=True)
 
 
+def _log_to_console() -> None:
+    """The emulator's log lines on stderr, one each (a request aiohttp's parser refused, an
+    emulator failure with its traceback), whatever -v says about the client's logging."""
+    logger = logging.getLogger("asyncsearch.testing")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG} serve: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False  # not a second time through the "asyncsearch" logger of -v
+
+
 def _write_ids(path: str, ids: list[str]) -> None:
     """Write job ids one per line, atomically: a reader sees no file or the whole of it."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -100,11 +114,15 @@ async def serve(ctx: Context) -> int:
             EXIT_USAGE,
         )
     ids_file = args.write_ids
+    if ids_file is not None:
+        # Checked before listening: a refused file is a usage error, not a server that stops.
+        check_output(ids_file, "--write-ids", force=args.force, renamed=True)
     key = getattr(args, "api_key", None) or os.environ.get(ENV_API_KEY)
     generated = not key
     if not key:
         key = secrets.token_urlsafe(24)
     ready = False
+    _log_to_console()
 
     def on_ready(emulator: ServiceEmulator) -> None:
         nonlocal ready

@@ -18,7 +18,8 @@ Quick start
             page = await client.search("quarterly invoice")
 
 ``ServiceEmulator(api_key=None, *, seed=None, n_resources=200, n_jobs=50, host="127.0.0.1",
-port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0, strict=False)``
+port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0, strict=False,
+idle_timeout=50.0)``
 
 - ``api_key``: the key every request must send as ``X-Api-Key``; None generates one
   (``secrets.token_urlsafe``), read it back from ``emu.api_key``.
@@ -28,6 +29,12 @@ port=0, first_page=1, use_numpy=None, fault_seed=None, shutdown_timeout=1.0, str
 - ``port=0`` picks a free loopback port; ``emu.base_url`` is ``http://127.0.0.1:<port>``.
 - ``first_page``: the number of the first search page (1, or 0 for a zero-based service).
 - ``use_numpy``: None uses numpy when importable; False forces the pure-Python path.
+- ``idle_timeout``: seconds a connection may go without a request being handled (idle, or
+  still sending its request line and headers, however slowly) before it is closed; with the
+  default of 50 it is closed within 60 s (connections are looked at every tenth of it, so
+  within ``idle_timeout * 1.2``). A request the emulator is handling (parked at a gate, slow)
+  is never cut. A body that has not all arrived ``idle_timeout`` after its headers is a 408,
+  and the connection is closed. The listen backlog is 1,024 (aiohttp's default is 128).
 - ``fault_seed``: seeds the fault RNG (default: ``seed``, else 0).
 - ``strict``: False (the default) answers what the spec leaves open the way a tolerant server
   would, so that tests passing here do not lean on 422s the spec never promises; True refuses
@@ -68,7 +75,10 @@ workspace; any other string is a base (created empty on first use).
 - Reading back: ``emu.resources(base_id)``, ``emu.resource(id, base_id)``,
   ``emu.resource_chunks(id, base_id)``, ``emu.jobs(base_id)``, ``emu.job(id, base_id)``,
   ``emu.webhook_logs(job_id, base_id)``, ``emu.search_history`` (``SearchRecord(base_id,
-  body)`` of each search not sent with ``incognito: true``; the latest 10,000).
+  body)`` of each search not sent with ``incognito: true``; the latest 10,000 and at most
+  16 MiB of them; a string of a body over 1,024 characters, such as an image, is kept as
+  ``"<600,000 characters, sha256 HEX>"``, so a test compares it with
+  ``hashlib.sha256(image.encode()).hexdigest()``).
 - ``fake_image_data_url(content, mime="image/png")``: a fake image as a data URL (the bytes
   of ``content``, not a real picture, so ``asyncsearch.image_data_url`` would refuse them)
   whose image vector matches resources about ``content`` (see image search below). For a real
@@ -236,8 +246,9 @@ Every non-2xx answer has one body shape::
   a limit (text over 255 characters; image over 600000 characters, not a base64 data URL of an
   ``image/`` media type, or not valid base64; precision outside [0, 1]), a UUID not fully
   matching the spec's pattern (lower-case, version 1-8; a trailing newline too) in the body or
-  path, an unknown ``format`` or ``type``, a ``url`` that is not a URI, an empty
-  ``X-Service-Base-Id``. Strict only: an unknown field or query parameter, page below
+  path, an unknown ``format`` or ``type``, a ``url`` that is not a URI. (An empty
+  ``X-Service-Base-Id`` is no 422: it names no base, as if it were not sent.) Strict only:
+  an unknown field or query parameter, page below
   ``first_page``, pageSize outside 1-100, an unknown ``sort`` value, an empty ``queries``
   element, a filter date without a time, a ``url`` that is not an absolute http(s) URI as RFC
   3986 writes one, an image's base64 without its ``=`` padding.
@@ -246,11 +257,22 @@ Every non-2xx answer has one body shape::
 - Injected faults: 429 ``rate_limited``, 500 ``internal_error``, 503 ``service_unavailable``
   (other scripted statuses get ``"error"`` or their usual code).
 
-What aiohttp answers itself, in plain text and before the application (so with no JSON body
-and no ``X-Request-Id``): requests its parser cannot parse, such as a method its C parser
-(llhttp) does not know (``FOO``; the pure-Python parser lets it through to the 501 above), a
-malformed request line, or a request line, header or header count past 8 times the limits
-above (the emulator raises aiohttp's own limits that far so that it answers up to then).
+- 408 ``request_timeout``: a body that has not all arrived ``idle_timeout`` seconds after its
+  headers (the connection is closed after the answer).
+
+What aiohttp answers itself, with a plain-text 400 and before the application (so with no JSON
+body and no ``X-Request-Id``; aiohttp offers the application no public hook for these), is
+every request its parser cannot read: a method its C parser (llhttp) does not know (``FOO``;
+the pure-Python parser lets it through to the 501 above); a malformed request line (garbage,
+TLS bytes sent to plain HTTP) or an HTTP/2 preface (``PRI * HTTP/2.0``); a NUL or other
+character a header name or value may not hold; a body framing it refuses (``Content-Length``
+with ``Transfer-Encoding: chunked``, an invalid ``Content-Length``, a bad chunk size that
+arrives with the headers); a request line, header or header count past 8 times the limits
+above (the emulator raises aiohttp's own limits that far so that it answers up to then). Each
+is logged as one WARNING line on the ``asyncsearch.testing.server`` logger (``bad request
+from 127.0.0.1: Invalid header value char (400 BadHttpMessage, ...)``), never a traceback. A
+bad chunk that arrives after the headers is never reported to the application by aiohttp: the
+body stops there, and the 408 above answers it.
 
 Fault injection
 ===============
@@ -292,7 +314,8 @@ now; ``clear()`` also opens the gates. Call them from the emulator's event loop 
 
 Counters: ``emu.requests`` (a list, oldest first, so ``emu.requests[:2]`` works, of
 ``RecordedRequest(method, path, endpoint, base_id, query, status)``, status None for a dropped
-connection; the latest 100,000) and ``emu.stats``:
+connection, base_id None without a base header or with an empty one; the latest 100,000 and
+at most 16 MiB of them) and ``emu.stats``:
 ``counts`` (endpoint -> requests, faulted ones included), ``count(endpoint=None)``,
 ``in_flight``, ``max_in_flight``, ``max_in_flight_by_endpoint``, ``last_search_ms`` (time to
 rank and serialise the last search) and ``reset()``.

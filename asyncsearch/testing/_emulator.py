@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import hashlib
 import hmac
 import logging
 import re
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import _search
 from ._bodies import content_codings, decode_content, decode_json, too_large
@@ -34,6 +36,7 @@ from ._seed import seed_base, seed_pages
 from ._store import JobRecord, Store, Workspace, normalize_page_url, random_uuid, stable_uuid
 
 __all__ = [
+    "BoundedLog",
     "EmulatorStats",
     "RecordedRequest",
     "SearchRecord",
@@ -60,10 +63,30 @@ _KNOWN_METHODS = frozenset(
 _log = logging.getLogger("asyncsearch.testing")
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-# Only the latest requests are kept (counts stay exact), so a long-running server stays small.
+# Only the latest requests and searches are kept (counts stay exact), capped by count and by
+# bytes, so that a long-running server stays small whatever it is sent: a search history capped
+# by count alone kept 10,000 whole bodies, up to 6 GB of 600 KB images.
 MAX_RECORDED_REQUESTS = 100_000
+MAX_RECORDED_BYTES = 16 * 1024 * 1024
 MAX_SEARCH_HISTORY = 10_000
+MAX_SEARCH_HISTORY_BYTES = 16 * 1024 * 1024
+#: A string of a kept search body longer than this is kept as its length and SHA-256 digest.
+MAX_KEPT_STRING = 1024
+#: What a kept request costs beyond its strings (the object and its fields), in bytes.
+_RECORD_OVERHEAD = 200
 BASE_HEADER = "X-Service-Base-Id"
+#: A connection is closed once it has gone this long without a request being handled: idle, or
+#: still sending a request line and headers (a byte at a time or not at all); a body that has
+#: not all arrived this long after its headers is answered 408. See ServiceEmulator.
+IDLE_TIMEOUT = 50.0
+#: Connections are looked at this many times per idle_timeout: one is found at most one look
+#: after it opens and closed at the first look past its allowance, so within
+#: IDLE_TIMEOUT * (1 + 2 / SWEEPS_PER_IDLE_TIMEOUT) = 60 s of its last request (or opening).
+SWEEPS_PER_IDLE_TIMEOUT = 10
+#: Connections the kernel completes while the emulator is busy before it accepts them
+#: (aiohttp's 128 made 400 clients connecting at once wait a second for a retransmission).
+LISTEN_BACKLOG = 1024
+_server_log = logging.getLogger("asyncsearch.testing.server")
 # RFC 3986: a URI starts with a scheme and a colon (the rest is not checked, so the lenient
 # mode accepts every URL the strict mode does).
 _URI_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:", re.ASCII)
@@ -90,6 +113,103 @@ _URI_WITH_AUTHORITY_RE = re.compile(
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class _BadRequestOnOneLine(logging.Filter):
+    """aiohttp logs a request its parser refuses (a NUL in a header, a bad chunk size, an
+    HTTP/2 preface) with a traceback, or at DEBUG for an unknown method: one WARNING line
+    instead, since the emulator's console is read by whoever sent the request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            reason = str(exc.message).strip().splitlines()[0].rstrip(":") or type(exc).__name__
+            record.msg = "bad request from %s: %s (%s %s, answered by aiohttp's parser)"
+            record.args = (remote, reason, exc.code, type(exc).__name__)
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno = logging.WARNING
+            record.levelname = logging.getLevelName(logging.WARNING)
+        return True
+
+
+_server_log.addFilter(_BadRequestOnOneLine())
+
+
+class BoundedLog(deque[_T]):
+    """The latest items, at most ``max_items`` of them and ``max_bytes`` bytes (as ``size_of``
+    counts each item), the oldest dropped first; the latest item is always kept."""
+
+    def __init__(self, *, max_items: int, max_bytes: int, size_of: Callable[[_T], int]) -> None:
+        super().__init__()
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        #: The bytes held now, as ``size_of`` counts them.
+        self.bytes = 0
+        self._size_of = size_of
+        self._sizes: deque[int] = deque()
+
+    def append(self, item: _T, /) -> None:
+        size = self._size_of(item)
+        super().append(item)
+        self._sizes.append(size)
+        self.bytes += size
+        while len(self) > 1 and (len(self) > self.max_items or self.bytes > self.max_bytes):
+            self.popleft()
+
+    def popleft(self) -> _T:
+        item = super().popleft()
+        self.bytes -= self._sizes.popleft()
+        return item
+
+    def pop(self) -> _T:  # type: ignore[override]  # deque.pop takes no index
+        item = super().pop()
+        self.bytes -= self._sizes.pop()
+        return item
+
+    def clear(self) -> None:
+        super().clear()
+        self._sizes.clear()
+        self.bytes = 0
+
+
+def _kept(value: Any) -> Any:
+    """A JSON value with every string over ``MAX_KEPT_STRING`` characters replaced by its
+    length and SHA-256 digest: what the search history keeps of a body."""
+    if isinstance(value, str) and len(value) > MAX_KEPT_STRING:
+        digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"<{len(value):,} characters, sha256 {digest}>"
+    if isinstance(value, dict):
+        return {key: _kept(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_kept(item) for item in value]
+    return value
+
+
+def _search_record_size(record: SearchRecord) -> int:
+    return len(msgspec.json.encode(record.body)) + len(record.base_id or "") + _RECORD_OVERHEAD
+
+
+def _request_record_size(record: RecordedRequest) -> int:
+    strings = (record.method, record.path, record.endpoint, record.base_id or "", record.query)
+    return sum(len(text) for text in strings) + _RECORD_OVERHEAD
+
+
+def _search_history() -> BoundedLog[SearchRecord]:
+    return BoundedLog(
+        max_items=MAX_SEARCH_HISTORY,
+        max_bytes=MAX_SEARCH_HISTORY_BYTES,
+        size_of=_search_record_size,
+    )
+
+
+def _request_log() -> BoundedLog[RecordedRequest]:
+    return BoundedLog(
+        max_items=MAX_RECORDED_REQUESTS,
+        max_bytes=MAX_RECORDED_BYTES,
+        size_of=_request_record_size,
+    )
+
+
 @dataclass(slots=True)
 class RecordedRequest:
     """One request the emulator received on a service endpoint."""
@@ -104,7 +224,11 @@ class RecordedRequest:
 
 @dataclass(frozen=True, slots=True)
 class SearchRecord:
-    """A search stored in the search history (searches with ``incognito: true`` are not)."""
+    """A search stored in the search history (searches with ``incognito: true`` are not).
+
+    ``body`` is the body as sent, except that a string over 1,024 characters (an image) is
+    kept as ``"<600,000 characters, sha256 HEX>"``: the history stays small.
+    """
 
     base_id: str | None
     body: dict[str, Any]
@@ -119,9 +243,7 @@ class EmulatorStats:
     ``max_in_flight_by_endpoint`` the same per endpoint.
     """
 
-    requests: deque[RecordedRequest] = field(
-        default_factory=lambda: deque(maxlen=MAX_RECORDED_REQUESTS)
-    )
+    requests: deque[RecordedRequest] = field(default_factory=_request_log)
     counts: Counter[str] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -183,7 +305,11 @@ def _json(
 
 
 def _error(exc: EmulatorHTTPError) -> web.Response:
-    return _json(exc.body(), exc.status, exc.headers)
+    response = _json(exc.body(), exc.status, exc.headers)
+    if exc.status == 408:
+        # The rest of the body may still come: the connection cannot carry another request.
+        response.force_close()
+    return response
 
 
 def _query_endpoint(request: web.Request) -> str | None:
@@ -234,6 +360,19 @@ class ServiceEmulator:
     would (unknown fields and query parameters ignored, unknown sort values and out-of-range
     paging fall back or are clamped, any URI previewed); ``strict=True`` refuses those with a
     422. Both refuse what the spec fixes (its limits, the UUID pattern, the enums it names).
+
+    Connections: ``idle_timeout=50`` seconds. A connection that goes that long without a
+    request being handled (idle, or still sending its request line and headers, however slowly)
+    is closed within 60 s (``idle_timeout * 1.2``: connections are looked at every tenth of it);
+    a request the emulator is handling (parked at a gate, slow) is never cut. A body that has
+    not all arrived ``idle_timeout`` after its headers is answered 408 and the connection
+    closed. The listen backlog is 1,024 connections (aiohttp's default is 128).
+
+    Memory is bounded by bytes: ``search_history`` keeps the latest 10,000 searches and at
+    most 16 MiB of them, each with strings over 1,024 characters (images) kept as their length
+    and SHA-256 digest; ``requests`` keeps the latest 100,000 requests and at most 16 MiB.
+    Nothing else grows with the requests served (the data added, and the previews of added
+    pages, grow only with what is added).
     """
 
     def __init__(
@@ -250,9 +389,15 @@ class ServiceEmulator:
         fault_seed: int | None = None,
         shutdown_timeout: float = 1.0,
         strict: bool = False,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if api_key == "":
             raise ValueError("api_key must not be empty (None generates one)")
+        if not 0 < idle_timeout < float("inf"):
+            raise ValueError(
+                f"idle_timeout must be a positive number of seconds, got {idle_timeout}"
+            )
+        self.idle_timeout = idle_timeout
         if use_numpy and not _search.HAVE_NUMPY:
             raise ValueError("use_numpy=True needs numpy installed")
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
@@ -266,12 +411,17 @@ class ServiceEmulator:
         self.store = Store(Workspace(self.workspace_id))
         self.faults = Faults(fault_seed if fault_seed is not None else (seed or 0))
         self.stats = EmulatorStats()
-        self.search_history: deque[SearchRecord] = deque(maxlen=MAX_SEARCH_HISTORY)
+        self.search_history: deque[SearchRecord] = _search_history()
         self.page_urls: list[str] = []
         self._requested_port = port
         self._port: int | None = None
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
+        self._idle_sweeper: asyncio.Task[None] | None = None
+        # Per connection (its transport): requests the app is handling now, and since when it
+        # has had none (set when its first look finds it, or when its last request ends).
+        self._busy: Counter[object] = Counter()
+        self._idle_since: dict[object, float] = {}
         # One thread for work that releases the GIL (inflating bodies, Pillow's decoders).
         # Work that holds it (JSON, base64) stays on the loop: in a thread it would make the
         # loop wait for the GIL after each of its socket calls, for up to the switch interval.
@@ -300,23 +450,75 @@ class ServiceEmulator:
             access_log=None,
             handler_cancellation=True,
             shutdown_timeout=self._shutdown_timeout,
+            # aiohttp's own keep-alive close, after a response; _close_idle_connections also
+            # closes what it never covers: connections that have not finished a request.
+            keepalive_timeout=self.idle_timeout,
+            logger=_server_log,
         )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self._requested_port)
+            site = web.TCPSite(runner, self.host, self._requested_port, backlog=LISTEN_BACKLOG)
             await site.start()
         except BaseException:
             await runner.cleanup()
             raise
         self._runner = runner
         self._port = int(runner.addresses[0][1])
+        server = runner.server
+        assert server is not None  # set up above
+        self._idle_sweeper = asyncio.create_task(
+            self._close_idle_connections(server), name="asyncsearch.emulator.idle_sweeper"
+        )
 
     async def stop(self) -> None:
         """Stop serving and close every connection; the data is kept for another start()."""
         runner, self._runner = self._runner, None
+        sweeper, self._idle_sweeper = self._idle_sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
         if runner is not None:
             await runner.cleanup()
+        self._busy.clear()
+        self._idle_since.clear()
         self._port = None
+
+    async def _close_idle_connections(self, server: web.Server) -> None:
+        """Close every connection that has gone ``idle_timeout`` without a request in the app.
+
+        aiohttp starts no timer before a request line and headers have arrived, so a client
+        that sends nothing, half a request line, or a header a byte at a time would hold its
+        connection forever. Looked at SWEEPS_PER_IDLE_TIMEOUT times per idle_timeout, through
+        aiohttp's public ``Server.connections``; a request in the app (parked at a gate, slow)
+        is never cut.
+        """
+        loop = asyncio.get_running_loop()
+        interval = self.idle_timeout / SWEEPS_PER_IDLE_TIMEOUT
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            open_now: set[object] = set()
+            for handler in server.connections:
+                transport = handler.transport
+                if transport is None:
+                    continue
+                open_now.add(transport)
+                if self._busy[transport]:
+                    continue
+                since = self._idle_since.setdefault(transport, now)
+                if now - since < self.idle_timeout:
+                    continue
+                if transport.is_closing():
+                    # Closed at an earlier look but still flushing to a client that does not
+                    # read: drop it.
+                    transport.abort()
+                else:
+                    transport.close()
+            for gone in self._idle_since.keys() - open_now:
+                del self._idle_since[gone]
+            for gone in [t for t, n in self._busy.items() if not n or t not in open_now]:
+                del self._busy[gone]
 
     @property
     def port(self) -> int:
@@ -335,8 +537,8 @@ class ServiceEmulator:
     def requests(self) -> list[RecordedRequest]:
         """Return the service requests received so far, oldest first, as a list.
 
-        A copy of ``stats.requests`` (the latest 10,000): index and slice it freely
-        (``emu.requests[:2]``, ``emu.requests[-1]``).
+        A copy of ``stats.requests`` (the latest 100,000, at most 16 MiB): index and slice it
+        freely (``emu.requests[:2]``, ``emu.requests[-1]``).
         """
         return list(self.stats.requests)
 
@@ -527,6 +729,16 @@ class ServiceEmulator:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        # While the app handles a request its connection is never closed as idle.
+        transport = request.transport
+        self._busy[transport] += 1
+        try:
+            return await self._handle(request, handler)
+        finally:
+            self._busy[transport] -= 1
+            self._idle_since[transport] = asyncio.get_running_loop().time()
+
+    async def _handle(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         refused = self._check_protocol(request)
         if refused is not None:
             return _error(refused)
@@ -537,7 +749,7 @@ class ServiceEmulator:
             method=request.method,
             path=request.path,
             endpoint=name,
-            base_id=request.headers.get(BASE_HEADER),
+            base_id=request.headers.get(BASE_HEADER) or None,
             query=request.query_string,
         )
         self.stats._enter(record)
@@ -665,10 +877,9 @@ class ServiceEmulator:
 
     @staticmethod
     def _base_id(request: web.Request) -> str | None:
-        base_id = request.headers.get(BASE_HEADER)
-        if base_id is not None and not base_id.strip():
-            raise validation_error(f"{BASE_HEADER} must not be empty", BASE_HEADER)
-        return base_id
+        # The spec only says the header is an optional string: an empty one (HTTP strips the
+        # spaces around a value, so also "  ") names no base, as if it were not sent.
+        return request.headers.get(BASE_HEADER) or None
 
     async def _read_body(self, request: web.Request) -> bytes:
         """Return the request body with its content codings undone; 413, 415 or 400 if not."""
@@ -676,7 +887,17 @@ class ServiceEmulator:
         if declared is not None and declared > MAX_BODY_BYTES:
             raise too_large()
         codings = content_codings(request.headers.getall("Content-Encoding", []))
-        raw = await request.read()
+        try:
+            # A body that stops arriving (half sent, or a bad chunk after the headers, which
+            # aiohttp's parser never reports to the app) would hold the request forever.
+            async with asyncio.timeout(self.idle_timeout):
+                raw = await request.read()
+        except TimeoutError:
+            raise EmulatorHTTPError(
+                408,
+                f"the request body did not arrive in full within {self.idle_timeout:g} s of "
+                "its headers",
+            ) from None
         if len(raw) > MAX_BODY_BYTES:  # a chunked body declares no length
             raise too_large()
         if not codings or not raw:
@@ -745,7 +966,7 @@ class ServiceEmulator:
         response = _json({"total": total, "hasMore": has_more, "hits": hits})
         self.stats.last_search_ms = (time.perf_counter() - started) * 1000.0
         if parsed.incognito is not True:
-            self.search_history.append(SearchRecord(base_id, body))
+            self.search_history.append(SearchRecord(base_id, _kept(body)))
         return response
 
     def _job_record(self, request: web.Request) -> JobRecord:

@@ -21,6 +21,7 @@ CODES: dict[int, str] = {
     401: "unauthorized",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     413: "payload_too_large",
     414: "uri_too_long",
     415: "unsupported_media_type",
