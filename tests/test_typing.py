@@ -126,6 +126,8 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
         extra_body={"newField": [1, 2]},
     )
     assert_type(page, SearchPage)
+    # Issue 38: the request id of a plain call's answer, public to strict type checkers too.
+    assert_type(page.request_id, str | None)
     await client.get_extraction("id", format="json", timeout=Timeout(read=5), extra_query={})
     raw = await client.with_raw_response.get_webhook_log("j", "l", timeout=None)
     assert_type(raw.request_id, str | None)
