@@ -97,6 +97,11 @@ __all__ = [
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
+    # numpy is optional at run time (the numpy extra): only type checkers import it here.
+    import numpy
+    import numpy.typing
+
+if TYPE_CHECKING:
     # Type checkers see a plain list: after decoding it always is one (see ``_Wire``).
     List = list[_T]
 else:
@@ -599,7 +604,9 @@ class SearchPage(_WireWithLists, _Answer, gc=True, dict=True):
     has_more: bool
     hits: List[SearchHit] = []
 
-    def embedding_matrix(self, name: Literal["small3_512", "clip2"] = "small3_512") -> Any:
+    def embedding_matrix(
+        self, name: Literal["small3_512", "clip2"] = "small3_512"
+    ) -> numpy.typing.NDArray[numpy.float32]:
         """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
 
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
@@ -609,7 +616,10 @@ class SearchPage(_WireWithLists, _Answer, gc=True, dict=True):
         it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
         vector does not fit.
         """
-        return embedding_matrices(self.hits, (name,))[name][0]
+        matrix: numpy.typing.NDArray[numpy.float32] = embedding_matrices(self.hits, (name,))[name][
+            0
+        ]
+        return matrix
 
 
 #: Deprecated alias of ``SearchPage`` (there is one page type now); removed in the next release.

@@ -23,6 +23,8 @@ GOOD = """
 from typing import assert_type
 
 import aiohttp
+import numpy
+import numpy.typing
 
 from asyncsearch.models import Embeddings
 
@@ -93,6 +95,10 @@ async def calls(client: AsyncSearchClient) -> None:
     async with client.search_pages("q", embeddings=True) as pages:
         async for page in pages:
             assert_type(page.hits[0].embeddings, Embeddings | None)
+    # Issue 38: a float32 array for type checkers (numpy stays optional at run time).
+    matrix = (await client.search("q")).embedding_matrix("clip2")
+    assert_type(matrix, numpy.typing.NDArray[numpy.float32])
+    assert_type(matrix.dtype.type, type[numpy.float32])
     built = SearchHit(id="a", embeddings=Embeddings(small3_512=[1.0]))
     built.embeddings = None
 
