@@ -18,6 +18,7 @@ from ._client import (
     ExtractionResults,
     ExtractionSuccess,
     RawResponseClient,
+    SearchCallParams,
 )
 from ._concurrency import RetryBudget
 from ._config import OptionChanges, RequestOptions, RetryPolicy, SearchOptions, Timeout
@@ -100,6 +101,7 @@ __all__ = [
     "ResponseValidationError",
     "RetryBudget",
     "RetryPolicy",
+    "SearchCallParams",
     "SearchFilters",
     "SearchHit",
     "SearchOptions",

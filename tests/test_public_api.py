@@ -99,6 +99,7 @@ PUBLIC_NAMES = {
     "SearchQuery",
     "Sort",
     "SearchParams",
+    "SearchCallParams",
     # the closed value sets
     "ExtractionFormat",
     "LinkType",

@@ -20,7 +20,7 @@ pytest.importorskip("pyright", reason="the typing tests run pyright (in the test
 _TIMEOUT = 120
 
 GOOD = """
-from typing import assert_type
+from typing import Unpack, assert_type
 
 import aiohttp
 import numpy
@@ -39,6 +39,7 @@ from asyncsearch import (
     APIResponse,
     RequestOptions,
     RetryPolicy,
+    SearchCallParams,
     Timeout,
     LinkPreview,
     WaitTimeoutError,
@@ -144,6 +145,19 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
     await client.wait_for_extraction("id", max_wait=60, timeout=10)
     options: RequestOptions = {"timeout": 3, "max_retries": 1}
     await client.link_preview("https://example.com", **options)
+
+
+async def find(
+    client: AsyncSearchClient, text: str, **params: Unpack[SearchCallParams]
+) -> SearchPage:
+    # Issue 38: one exported TypedDict for a wrapper's search arguments and call options.
+    return await client.search(text, **params)
+
+
+async def wrapped(client: AsyncSearchClient) -> None:
+    page = await find(client, "q", page_size=5, filters={"kinds": ["document"]}, timeout=10)
+    assert_type(page, SearchPage)
+    await find(client, "q", max_retries=0, extra_headers={"X": "1"}, deadline=5)
 
 
 async def tag(
