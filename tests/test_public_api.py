@@ -206,9 +206,10 @@ def test_import_stays_light() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def test_readme_public_names_table_lists_exactly_all() -> None:
-    readme = (Path(asyncsearch.__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("\n## Public names\n", 1)[1].split("\n## ", 1)[0]
+def test_the_public_names_table_of_the_docs_lists_exactly_all() -> None:
+    root = Path(asyncsearch.__file__).resolve().parent.parent
+    page = (root / "docs" / "reference" / "index.md").read_text()
+    section = page.split("\n## Public names\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     listed = [name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[2])]
     assert sorted(listed) == sorted(asyncsearch.__all__)
