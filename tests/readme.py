@@ -54,9 +54,11 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from asyncsearch import AsyncSearchClient
 from asyncsearch.testing import ServiceEmulator
+from tests.helpers import TIME_SCALE
 
-#: Bound on one block; pytest-timeout also bounds each block as a test (60 s).
-BLOCK_TIMEOUT = 50.0
+#: Bound on one block (a pytest project's test file, run in a subprocess, included), scaled like
+#: every liveness bound of the suite (tests/helpers.py); pytest-timeout bounds each page.
+BLOCK_TIMEOUT = 50.0 * TIME_SCALE
 README_KEY = "readme-key"
 README_SEED = 7
 _FILE_RE = re.compile(r"#\s*([\w./-]+\.(?:py|toml))\s*\n")
