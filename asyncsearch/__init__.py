@@ -18,6 +18,7 @@ from ._client import (
     ExtractionResults,
     ExtractionSuccess,
     RawResponseClient,
+    SearchCallParams,
 )
 from ._concurrency import RetryBudget
 from ._config import OptionChanges, RequestOptions, RetryPolicy, SearchOptions, Timeout
@@ -31,6 +32,7 @@ from ._errors import (
     ClientClosedError,
     ConfigurationError,
     ConflictError,
+    EventLoopMismatchError,
     InternalServerError,
     InvalidRequestError,
     MiddlewareError,
@@ -76,6 +78,7 @@ __all__ = [
     "ClientClosedError",
     "ConfigurationError",
     "ConflictError",
+    "EventLoopMismatchError",
     "ExtractionFailure",
     "ExtractionFormat",
     "ExtractionJob",
@@ -100,6 +103,7 @@ __all__ = [
     "ResponseValidationError",
     "RetryBudget",
     "RetryPolicy",
+    "SearchCallParams",
     "SearchFilters",
     "SearchHit",
     "SearchOptions",

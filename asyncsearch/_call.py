@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import anyio
 import msgspec
 
+from . import _models as models
 from . import _protocol as protocol
 from ._concurrency import AdaptiveConcurrency, RetryBudget
 from ._config import Options
@@ -60,7 +61,10 @@ class APIResponse(Generic[T]):
     """A success response with its metadata; ``parse()`` gives the typed model.
 
     ``status_code``, ``headers`` (case-insensitive), ``elapsed`` (seconds of the last attempt),
-    ``attempts`` (how many were made), ``url`` and ``content`` (the raw body).
+    ``attempts`` (how many were made), ``url``, ``content`` (the raw body) and ``request_id``
+    (the answer's ``X-Request-Id`` or ``Request-Id``). The model ``parse()`` gives carries the
+    same ``request_id`` (a ``SearchPage``, ``ExtractionJob``, ``WebhookLog`` or ``LinkPreview``;
+    not the list of ``list_webhook_logs``), so a plain call needs no ``with_raw_response`` for it.
     """
 
     __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
@@ -104,7 +108,9 @@ class APIResponse(Generic[T]):
         """
         if self._parsed is None:
             try:
-                self._parsed = (self._request.parse(self._response.body),)
+                parsed = self._request.parse(self._response.body)
+                models.set_request_id(parsed, self.request_id)
+                self._parsed = (parsed,)
             except ResponseValidationError as exc:
                 exc.attempts = self.attempts
                 exc.request_id = self.request_id

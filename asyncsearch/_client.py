@@ -153,7 +153,16 @@ _setup_logging()
 
 
 class SearchCallParams(SearchParams, SearchOptions, total=False):
-    """The keyword arguments of ``search``: ``SearchParams`` and the call's ``SearchOptions``."""
+    """Every keyword argument of ``search``: the search's ``SearchParams`` and the call's
+    ``SearchOptions`` (``timeout``, ``max_retries``, ``extra_headers``, ...).
+
+    Annotate a wrapper with it to pass both on::
+
+        async def find(text: str, **params: Unpack[SearchCallParams]) -> SearchPage:
+            return await client.search(text, **params)
+
+        await find("invoice", page_size=5, timeout=10)
+    """
 
 
 class SearchWalkCallParams(SearchWalkParams, SearchOptions, total=False):

@@ -162,7 +162,9 @@ class RetryPolicy:
         statuses: object = self.statuses
         if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
             raise ConfigurationError(f"statuses must be a set of HTTP statuses, got {statuses!r}")
-        statuses = frozenset(statuses)
+        # A frozenset is kept as it is: the default one's repr reads "408, 429, every 5xx".
+        if not isinstance(statuses, frozenset):
+            statuses = frozenset(statuses)
         if not all(
             isinstance(s, int) and not isinstance(s, bool) and 100 <= s <= 599 for s in statuses
         ):

@@ -23,8 +23,9 @@
     ├── ResponseTooLargeError           a body past ``max_response_bytes``
     ├── InvalidRequestError             bad arguments, raised before sending (also ValueError)
     ├── ConfigurationError              bad client options (also ValueError)
-    ├── ClientClosedError               the client was closed, or used from another event loop
-    │                                   (also RuntimeError)
+    ├── ClientClosedError               the client was closed (also RuntimeError)
+    │   └── EventLoopMismatchError      the client is used, or closed, from another event loop
+    │                                   than the one of its first request
     ├── MiddlewareError                 a client middleware sent one request twice (not retried)
     └── WaitTimeoutError                ``wait_for_extraction`` ran out of time (also TimeoutError)
 
@@ -271,6 +272,16 @@ class ConfigurationError(AsyncSearchError, ValueError):
 
 class ClientClosedError(AsyncSearchError, RuntimeError):
     """The client was closed, or it is used from an event loop other than its session's."""
+
+
+class EventLoopMismatchError(ClientClosedError):
+    """The client is used (or closed) from another event loop than the one of its first request.
+
+    Its connections belong to that loop: create one client per event loop (for example in the
+    lifespan of an app, or in the ``main()`` that ``asyncio.run`` runs), and close it from that
+    loop before the loop ends. A ``ClientClosedError``, so ``except ClientClosedError`` still
+    catches it.
+    """
 
 
 class MiddlewareError(AsyncSearchError):

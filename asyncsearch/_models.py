@@ -97,6 +97,11 @@ __all__ = [
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
+    # numpy is optional at run time (the numpy extra): only type checkers import it here.
+    import numpy
+    import numpy.typing
+
+if TYPE_CHECKING:
     # Type checkers see a plain list: after decoding it always is one (see ``_Wire``).
     List = list[_T]
 else:
@@ -180,6 +185,30 @@ class _Serializable:
 
 class _Wire(_Serializable, msgspec.Struct, rename="camel", kw_only=True, gc=False):
     """Base of the response Structs: camelCase on the wire."""
+
+
+class _Answer:
+    """Mixin of the Structs an endpoint returns: they carry the request id of their answer.
+
+    Such a class is declared with ``dict=True`` (and so ``gc=True``, which msgspec requires with
+    it): ``request_id`` is an attribute in the instance's ``__dict__``, not a field, so that it
+    never appears in ``to_dict()``, ``to_json()``, ``msgspec.json.encode``, ``==`` or ``repr()``.
+    Only the top-level object of an answer has it; the hits of a page do not.
+    """
+
+    __slots__ = ()
+
+    #: The id the service gave the answer this object came in (``X-Request-Id``, else
+    #: ``Request-Id``), to quote to its operators; ``None`` when the answer had none, or when
+    #: the object was not returned by a client call (decoded or built by your own code). The
+    #: same value as ``APIResponse.request_id``; not a wire field.
+    request_id: ClassVar[str | None] = None
+
+
+def set_request_id(value: object, request_id: str | None) -> None:
+    """Give the top-level object of an answer its request id (see ``_Answer``)."""
+    if request_id is not None and isinstance(value, _Answer):
+        value.__dict__["request_id"] = request_id
 
 
 class _WireWithTimestamps(_Wire):
@@ -586,7 +615,7 @@ class SearchHit(_HitFields):
 LeanSearchHit = SearchHit
 
 
-class SearchPage(_WireWithLists):
+class SearchPage(_WireWithLists, _Answer, gc=True, dict=True):
     """One page of search results (the response of ``POST /v2/search``).
 
     Its hits decode their ``embeddings`` on first read (see ``SearchHit``).
@@ -598,7 +627,9 @@ class SearchPage(_WireWithLists):
     has_more: bool
     hits: List[SearchHit] = []
 
-    def embedding_matrix(self, name: Literal["small3_512", "clip2"] = "small3_512") -> Any:
+    def embedding_matrix(
+        self, name: Literal["small3_512", "clip2"] = "small3_512"
+    ) -> numpy.typing.NDArray[numpy.float32]:
         """The page's ``name`` embeddings as one float32 numpy array of shape (hits, dimensions).
 
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
@@ -608,7 +639,10 @@ class SearchPage(_WireWithLists):
         it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
         vector does not fit.
         """
-        return embedding_matrices(self.hits, (name,))[name][0]
+        matrix: numpy.typing.NDArray[numpy.float32] = embedding_matrices(self.hits, (name,))[name][
+            0
+        ]
+        return matrix
 
 
 #: Deprecated alias of ``SearchPage`` (there is one page type now); removed in the next release.
@@ -830,7 +864,7 @@ class JobLinks(_Wire):
     download: str | None = None
 
 
-class ExtractionJob(_WireWithTimestamps):
+class ExtractionJob(_WireWithTimestamps, _Answer, gc=True, dict=True):
     """An extraction job and its result (the response of ``GET /v2/extract/{jobId}``).
 
     ``created_at`` is a ``datetime``, or the text as sent when it does not read as one.
@@ -874,7 +908,7 @@ class WebhookLogSummary(_WireWithTimestamps):
     created_at: Timestamp | None = None
 
 
-class WebhookLog(WebhookLogSummary):
+class WebhookLog(WebhookLogSummary, _Answer, gc=True, dict=True):
     """One webhook delivery attempt with its request payload and response body (any JSON)."""
 
     request_payload: Any = None
@@ -894,7 +928,7 @@ class WebhookLogList(_WireWithLists):
 # ---------------------------------------------------------------------------------------------
 
 
-class LinkPreview(_Wire):
+class LinkPreview(_Wire, _Answer, gc=True, dict=True):
     """Open-graph data of a URL; ``metadata`` is any JSON value."""
 
     url: str | None = None

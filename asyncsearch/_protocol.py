@@ -43,8 +43,24 @@ _LINK_TYPES: tuple[models.LinkType, ...] = get_args(models.LinkType)
 #: Answers that say the request was not acted on (the server did not get all of it, refused it
 #: for its rate, or could not take it at all), so that any request may be sent again.
 NOT_ACTED_ON_STATUSES = frozenset({408, 429, 503})
+
+
+class _DefaultRetryableStatuses(frozenset[int]):
+    """408, 429 and every 5xx: a ``frozenset`` whose repr says so in one line.
+
+    The plain repr lists 102 numbers, which is what ``help(RetryPolicy)``, the signature of
+    ``AsyncSearchClient`` and ``repr(RetryPolicy())`` showed. The repr is valid Python for an
+    equal set.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "frozenset({408, 429, *range(500, 600)})"
+
+
 #: The statuses retried by default (``RetryPolicy.statuses``): 408, 429 and every 5xx.
-RETRYABLE_STATUSES = frozenset({408, 429, *range(500, 600)})
+RETRYABLE_STATUSES: frozenset[int] = _DefaultRetryableStatuses({408, 429, *range(500, 600)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from ._errors import (
     AsyncSearchError,
     ClientClosedError,
     ConfigurationError,
+    EventLoopMismatchError,
     MiddlewareError,
     PoolTimeoutError,
     ResponseTooLargeError,
@@ -221,7 +222,7 @@ class Transport:
         if self._loop is None:
             self._loop = loop
         elif loop is not self._loop:
-            raise ClientClosedError(
+            raise EventLoopMismatchError(
                 "the client is used from another event loop than the one it was first used in; "
                 "create one client per event loop"
             )
@@ -250,7 +251,7 @@ class Transport:
         # The session's connections belong to its loop and can only be closed from it.
         if session is not None and not session.closed and running_loop() is not self._loop:
             gone = self._loop is not None and self._loop.is_closed()
-            raise ClientClosedError(
+            raise EventLoopMismatchError(
                 "aclose() was called from another event loop than the one the client was first "
                 "used in; close the client from that loop, before it ends"
                 + (" (it has ended, so its connections could not be closed)" if gone else "")

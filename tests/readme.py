@@ -1,9 +1,10 @@
-"""Runs the code blocks of README.md against the bundled emulator (see tests/test_readme.py).
+"""Runs the code blocks of README.md and docs/**/*.md against the bundled emulator.
 
-The convention the blocks assume is stated in the README ("Examples in this README"): one
-emulator and one client per README run, shared by every block, in a scratch working directory.
-sybil parses the blocks and evaluates them; the whole README is one test (``tests/test_readme.py``),
-so that random order and parallel workers never separate blocks that build on each other.
+The convention the blocks assume is stated in docs/getting-started.md ("Examples in these
+docs"): one emulator and one client per page, shared by every block of that page, in a scratch
+working directory. sybil parses the blocks and evaluates them; each page is one test
+(``tests/test_readme.py``), so that random order and parallel workers never separate blocks
+that build on each other.
 
 - ``python`` blocks run in one namespace, in order, with top-level ``await`` allowed (as in
   ``python -m asyncio``) and ``__name__ == "__main__"``. Names bound before the first block:
@@ -11,14 +12,17 @@ so that random order and parallel workers never separate blocks that build on ea
   with webhook logs) and ``job_ids`` (every seeded job id). The emulator and the client live on
   an event loop in a background thread, so a block may also call ``asyncio.run`` itself.
 - A ``python`` or ``toml`` block whose first line is ``# NAME`` (``# conftest.py``) is a file
-  of a small pytest project instead; the block holding a ``test_*.py`` file runs that project
-  with ``python -m pytest`` in a subprocess, which must pass.
+  of a small pytest project instead (one per page); the block holding a ``test_*.py`` file runs
+  that file with ``python -m pytest`` in a subprocess, which must pass.
+- Every other ``python`` block must run as pasted into ``python -m asyncio`` (``repl_problem``):
+  in the README after its ``REPL_HEADING``, in docs/ everywhere except a complete script (one
+  with a top-level ``asyncio.run(...)`` line).
 - ``sh`` blocks run with ``bash -e``, with ``ASYNCSEARCH_API_KEY`` and ``ASYNCSEARCH_BASE_URL``
   pointing at the emulator, ``$JOB_ID``, ``$LOG_ID`` and ``$RESOURCE_ID`` set, and the
   ``asyncsearch`` command of this environment first on ``PATH``. Every command must exit 0.
 - The working directory holds ``photo.jpg`` (a small JPEG) and ``job_ids.txt`` (one job id per
   line).
-- ``<!-- skip: next ... -->`` in the README source skips the next block, with its reason.
+- ``<!-- skip: next ... -->`` in the page's source skips the next block, with its reason.
 """
 
 from __future__ import annotations
@@ -50,9 +54,11 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from asyncsearch import AsyncSearchClient
 from asyncsearch.testing import ServiceEmulator
+from tests.helpers import TIME_SCALE
 
-#: Bound on one block; pytest-timeout also bounds each block as a test (60 s).
-BLOCK_TIMEOUT = 50.0
+#: Bound on one block (a pytest project's test file, run in a subprocess, included), scaled like
+#: every liveness bound of the suite (tests/helpers.py); pytest-timeout bounds each page.
+BLOCK_TIMEOUT = 50.0 * TIME_SCALE
 README_KEY = "readme-key"
 README_SEED = 7
 _FILE_RE = re.compile(r"#\s*([\w./-]+\.(?:py|toml))\s*\n")
@@ -60,7 +66,7 @@ _SMALL_JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00
 
 
 class Readme:
-    """The emulator, client, scratch directory and environment of one README run."""
+    """The emulator, client, scratch directory and environment of one page's run."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -95,7 +101,7 @@ class Readme:
         self._set_env(
             ASYNCSEARCH_API_KEY=emulator.api_key,
             ASYNCSEARCH_BASE_URL=emulator.base_url,
-            # The Ray block's workers at a fair share of a busy machine (see the README's Ray
+            # The Ray block's workers at a fair share of a busy machine (see the Ray guide's
             # section and tests/test_ray.py's ray_session).
             RAY_worker_niceness="0",
         )
@@ -148,7 +154,7 @@ class Readme:
     # -- running blocks --------------------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coro`` on the README's loop (in its thread) and wait for it, bounded."""
+        """Run ``coro`` on the page's loop (in its thread) and wait for it, bounded."""
 
         async def bounded() -> Any:
             async with asyncio.timeout(BLOCK_TIMEOUT):
@@ -162,10 +168,10 @@ class Readme:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source)
 
-    def run_pytest_project(self) -> None:
+    def run_pytest_project(self, test_file: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
             cwd=self.project,
             env=env,
             capture_output=True,
@@ -192,7 +198,7 @@ def _readme(example: Example) -> Readme:
 
 
 #: The README's promise: every block after this heading runs as pasted into `python -m asyncio`.
-REPL_HEADING = "### Examples in this README"
+REPL_HEADING = "## A short tour"
 
 
 def repl_problem(source: str) -> str | None:
@@ -219,23 +225,26 @@ def repl_problem(source: str) -> str | None:
     return None
 
 
-def _after_repl_heading(example: Example) -> bool:
-    text = Path(example.path).read_text(encoding="utf-8")
-    heading = text.split(REPL_HEADING, 1)[0].count("\n") + 1
-    return example.line > heading
+def _pasted_into_the_repl(example: Example, source: str) -> bool:
+    """Whether the block must run as pasted into ``python -m asyncio`` (see the docstring)."""
+    if Path(example.path).name == "README.md":
+        text = Path(example.path).read_text(encoding="utf-8")
+        heading = text.split(REPL_HEADING, 1)[0].count("\n") + 1
+        return example.line > heading
+    return re.search(r"^asyncio\.run\(", source, re.M) is None
 
 
 def evaluate_python(example: Example) -> None:
-    """Run a ``python`` block, awaiting it on the README's loop if it uses top-level await."""
+    """Run a ``python`` block, awaiting it on the page's loop if it uses top-level await."""
     source = str(example.parsed)
     readme = _readme(example)
     file = _FILE_RE.match(source)
     if file is not None:
         readme.write_file(file.group(1), source)
         if Path(file.group(1)).name.startswith("test_"):
-            readme.run_pytest_project()
+            readme.run_pytest_project(file.group(1))
         return
-    if _after_repl_heading(example):
+    if _pasted_into_the_repl(example, source):
         problem = repl_problem(source)
         assert problem is None, problem
     code = compile(
@@ -252,7 +261,7 @@ def evaluate_python(example: Example) -> None:
 
 
 def evaluate_file(example: Example) -> None:
-    """A ``toml`` block: a file of the README's small pytest project (its first line names it)."""
+    """A ``toml`` block: a file of the page's small pytest project (its first line names it)."""
     source = str(example.parsed)
     file = _FILE_RE.match(source)
     assert file is not None, "a toml block starts with '# NAME.toml'"
@@ -302,7 +311,7 @@ def _reporting(evaluator: Callable[[Example], None]) -> Callable[[Example], None
 
 
 def _shut_down_ray() -> None:
-    """The README's Ray block starts and stops a local Ray of its own: none may run around it
+    """The Ray guide's block starts and stops a local Ray of its own: none may run around it
     (tests/test_ray.py keeps one between its tests), and a failing block must not leave one."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
@@ -324,7 +333,7 @@ def _teardown(namespace: dict[str, Any]) -> None:
     readme = namespace.get("__readme__")
     try:
         _shut_down_ray()
-        # The README's first block binds a client of its own, as a reader pasting it would.
+        # A page's block may bind a client of its own, as a reader pasting it would.
         client = namespace.get("client")
         if (
             isinstance(readme, Readme)
@@ -345,7 +354,7 @@ readme_sybil = Sybil(
         CodeBlockParser(language="toml", evaluator=_reporting(evaluate_file)),
         CodeBlockParser(language="sh", evaluator=_reporting(evaluate_shell)),
     ],
-    patterns=["README.md"],
+    patterns=["README.md", "docs/**/*.md"],
     path=str(Path(__file__).resolve().parent.parent),
     setup=_setup,
     teardown=_teardown,

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 
@@ -358,6 +359,38 @@ async def test_request_id_of_an_answer(serve: Serve) -> None:
     async with make_client(server) as client:
         response = await client.with_raw_response.get_extraction(JOB_ID)
     assert response.request_id == "abc-123"
+
+
+async def test_request_id_on_the_model_of_a_plain_call_and_never_on_the_wire(
+    serve: Serve,
+) -> None:
+    """Issue 38: the id without with_raw_response, as an attribute that is not a field."""
+    server = await serve(service(request_id="rid-9"))
+    async with make_client(server) as client:
+        page = await client.search("q")
+        job = await client.get_extraction(JOB_ID)
+        log = await client.get_webhook_log(JOB_ID, LOG_ID)
+        preview = await client.link_preview("https://example.com/a")
+        results = await client.gather_extractions([JOB_ID])
+        async with client.search_pages("q", max_pages=1) as pages:
+            walked = [one async for one in pages]
+        raw = await client.with_raw_response.get_extraction(JOB_ID)
+    bulk_job = results[0].job
+    assert bulk_job is not None
+    models = [page, job, log, preview, bulk_job, walked[0], raw.parse()]
+    for model in models:
+        assert model.request_id == "rid-9", type(model).__name__
+        for encoded in (model.to_json(), msgspec.json.encode(model), repr(model).encode()):
+            assert b"rid-9" not in encoded
+            assert b"equest_id" not in encoded
+        assert "rid-9" not in str(model.to_dict())
+        assert "rid-9" not in str(msgspec.to_builtins(model))
+        # Not a field: a copy decoded from the wire form is equal, and has no id of its own.
+        copy = msgspec.json.decode(model.to_json(), type=type(model))
+        assert copy == model
+        assert copy.request_id is None
+    # Only the top-level object carries it.
+    assert not hasattr(page.hits[0], "request_id")
 
 
 async def test_request_id_falls_back_to_request_id_header_and_may_be_absent(serve: Serve) -> None:

@@ -26,6 +26,7 @@ from asyncsearch import (
     AsyncSearchClient,
     ClientClosedError,
     ConfigurationError,
+    EventLoopMismatchError,
     InternalServerError,
     InvalidRequestError,
     NotFoundError,
@@ -790,12 +791,14 @@ def test_use_from_another_event_loop_is_a_clear_error() -> None:
             await client.with_options(max_retries=0).get_extraction(JOB_ID)
 
     async def second() -> None:
-        with pytest.raises(ClientClosedError, match="another event loop"):
+        # Its class says what happened; it stays a ClientClosedError for existing handlers.
+        with pytest.raises(EventLoopMismatchError, match="another event loop"):
             await client.get_extraction(JOB_ID)
         # Closing from here is refused too (the session's sockets belong to the first loop),
         # and it must not hang.
-        with pytest.raises(ClientClosedError, match="another event loop"):
+        with pytest.raises(EventLoopMismatchError, match="another event loop"):
             await client.aclose()
+        assert issubclass(EventLoopMismatchError, ClientClosedError)
         assert not client.is_closed
 
     first_loop = asyncio.new_event_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import sys
 from pathlib import Path
@@ -230,9 +231,23 @@ def test_request_structs_omit_unset_fields() -> None:
 
 
 def test_public_models_are_gc_free_structs() -> None:
-    # gc=False keeps 1000-hit pages out of the cycle collector (see the benchmarks).
-    for model in (SearchPage, asyncsearch.SearchHit, asyncsearch.models.Embeddings, ExtractionJob):
+    # gc=False keeps 1000-hit pages out of the cycle collector (see the benchmarks): the many
+    # objects of a page (hits, chunks, vectors) are never tracked.
+    for model in (
+        asyncsearch.SearchHit,
+        asyncsearch.models.Embeddings,
+        asyncsearch.models.SearchChunk,
+    ):
         assert model.__struct_config__.gc is False
+    # The one top-level object of an answer is (msgspec requires gc with dict=True, which holds
+    # its request_id): one tracked object beside the hits' list, which the collector tracks anyway.
+    for model in (SearchPage, ExtractionJob, asyncsearch.WebhookLog, asyncsearch.LinkPreview):
+        assert model.__struct_config__.gc is True
+        assert model.__struct_config__.dict is True
+    page = msgspec.json.decode(
+        b'{"total": 1, "hasMore": false, "hits": [{"id": "a"}]}', type=SearchPage
+    )
+    assert not gc.is_tracked(page.hits[0])
 
 
 def test_webhook_log_list_null_items_reads_as_empty() -> None:

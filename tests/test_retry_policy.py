@@ -75,6 +75,29 @@ def test_the_default_policy_is_today_s_rules() -> None:
     assert client._options.deadline is None
 
 
+def test_help_shows_the_default_statuses_in_one_line() -> None:
+    """Issue 38: help(), signatures and repr() printed the default's 102 statuses one by one."""
+    import inspect
+    import pydoc
+
+    import asyncsearch
+
+    default = RetryPolicy().statuses
+    assert isinstance(default, frozenset)
+    assert default == frozenset({408, 429, *range(500, 600)})
+    assert eval(repr(default)) == default  # the repr is valid Python for an equal set
+    shown = "statuses=frozenset({408, 429, *range(500, 600)})"
+    assert shown in repr(RetryPolicy())
+    assert "= frozenset({408, 429, *range(500, 600)})" in str(inspect.signature(RetryPolicy))
+    for page in (
+        pydoc.render_doc(RetryPolicy, renderer=pydoc.plaintext),
+        pydoc.render_doc(asyncsearch.AsyncSearchClient, renderer=pydoc.plaintext),
+    ):
+        assert "501, 502" not in page
+    # A set of one's own is kept as given, with the plain repr.
+    assert repr(RetryPolicy(statuses={503}).statuses) == "frozenset({503})"
+
+
 def test_a_policy_is_frozen_and_checked() -> None:
     policy = RetryPolicy(statuses=[500, 503])
     assert policy.statuses == frozenset({500, 503})

@@ -20,9 +20,11 @@ pytest.importorskip("pyright", reason="the typing tests run pyright (in the test
 _TIMEOUT = 120
 
 GOOD = """
-from typing import assert_type
+from typing import Unpack, assert_type
 
 import aiohttp
+import numpy
+import numpy.typing
 
 from asyncsearch.models import Embeddings
 
@@ -37,6 +39,7 @@ from asyncsearch import (
     APIResponse,
     RequestOptions,
     RetryPolicy,
+    SearchCallParams,
     Timeout,
     LinkPreview,
     WaitTimeoutError,
@@ -93,6 +96,10 @@ async def calls(client: AsyncSearchClient) -> None:
     async with client.search_pages("q", embeddings=True) as pages:
         async for page in pages:
             assert_type(page.hits[0].embeddings, Embeddings | None)
+    # Issue 38: a float32 array for type checkers (numpy stays optional at run time).
+    matrix = (await client.search("q")).embedding_matrix("clip2")
+    assert_type(matrix, numpy.typing.NDArray[numpy.float32])
+    assert_type(matrix.dtype.type, type[numpy.float32])
     built = SearchHit(id="a", embeddings=Embeddings(small3_512=[1.0]))
     built.embeddings = None
 
@@ -126,6 +133,8 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
         extra_body={"newField": [1, 2]},
     )
     assert_type(page, SearchPage)
+    # Issue 38: the request id of a plain call's answer, public to strict type checkers too.
+    assert_type(page.request_id, str | None)
     await client.get_extraction("id", format="json", timeout=Timeout(read=5), extra_query={})
     raw = await client.with_raw_response.get_webhook_log("j", "l", timeout=None)
     assert_type(raw.request_id, str | None)
@@ -136,6 +145,19 @@ async def per_call_options(client: AsyncSearchClient, ids: list[str]) -> None:
     await client.wait_for_extraction("id", max_wait=60, timeout=10)
     options: RequestOptions = {"timeout": 3, "max_retries": 1}
     await client.link_preview("https://example.com", **options)
+
+
+async def find(
+    client: AsyncSearchClient, text: str, **params: Unpack[SearchCallParams]
+) -> SearchPage:
+    # Issue 38: one exported TypedDict for a wrapper's search arguments and call options.
+    return await client.search(text, **params)
+
+
+async def wrapped(client: AsyncSearchClient) -> None:
+    page = await find(client, "q", page_size=5, filters={"kinds": ["document"]}, timeout=10)
+    assert_type(page, SearchPage)
+    await find(client, "q", max_retries=0, extra_headers={"X": "1"}, deadline=5)
 
 
 async def tag(
