@@ -99,7 +99,10 @@ class APIResponse(Generic[T]):
     @property
     def request_id(self) -> str | None:
         """The id the service gave this answer (``X-Request-Id`` or ``Request-Id``), if any."""
-        return protocol.request_id(self.headers)
+        # Read from the headers as received, only the id scrubbed: parse() reads it for every
+        # answer of a bulk call, which never looks at the other headers.
+        found = protocol.request_id(self._response.headers)
+        return found if found is None else protocol.redact(found, self._secret)
 
     def parse(self) -> T:
         """Decode the body (once; later calls return the same object).
