@@ -132,10 +132,6 @@ class _Pool:
                 )
 
 
-class _SecondSend(Exception):
-    """Raised into a second send of one request (aiohttp's own resend, or a middleware's)."""
-
-
 class _Wire:
     """What one request did on the wire, recorded by the SDK's innermost client middleware.
 
@@ -161,8 +157,8 @@ class _Wire:
         self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
         self.sends += 1
-        if self.sends > 1:
-            raise _SecondSend
+        if self.sends > 1:  # what is raised does not matter: the record says what happened
+            raise RuntimeError("asyncsearch sends a request once per attempt")
         try:
             response = await handler(request)
         except BaseException as exc:
@@ -338,22 +334,6 @@ async def _follow_redirects(
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
                     try:
-                        status, length = resp.status, resp.content_length
-                        if (
-                            200 <= status < 300
-                            and length is not None
-                            and length <= options.max_response_bytes
-                            and "Content-Encoding" not in resp.headers
-                        ):
-                            # The usual answer, read inline: bounded by its Content-Length
-                            # (aiohttp ends the payload there), nothing to inflate.
-                            return Response(
-                                status=status,
-                                headers=resp.headers,
-                                body=await resp.read(),
-                                url=url,
-                                elapsed=time.monotonic() - started,
-                            )
                         return await _response(resp, url, started, options, inflate=inflate)
                     except AsyncSearchError:
                         raise
@@ -419,7 +399,13 @@ async def _response(
     """The final response of an attempt, its body read under ``options.max_response_bytes``
     (and inflated here with ``inflate``)."""
     limit = options.max_response_bytes
-    if 200 <= resp.status < 300:
+    length = resp.content_length
+    ok = 200 <= resp.status < 300
+    if ok and length is not None and length <= limit and "Content-Encoding" not in resp.headers:
+        # The usual answer, read inline: bounded by its Content-Length (aiohttp ends the payload
+        # there), nothing to inflate.
+        content = await resp.read()
+    elif ok:
         try:
             content = await _read_body(resp, limit, inflate)
         except AsyncSearchError as exc:  # too large, or an unknown encoding
