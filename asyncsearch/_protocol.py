@@ -989,8 +989,9 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
-    if value is None:
-        # Plain dicts are case-sensitive; aiohttp's headers are not.
+    if value is None and isinstance(headers, dict):
+        # Plain dicts are case-sensitive; aiohttp's headers (not a dict) are not, and a header
+        # they lack is not worth a scan per answer of a bulk call.
         value = next((item for key, item in headers.items() if key.lower() == name), None)
     return value
 
