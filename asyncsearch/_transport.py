@@ -366,7 +366,9 @@ def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
     ``wire`` says what happened on the wire (``None``: a caller's session, unrecorded: then the
     exception's type is all there is). An error that aiohttp raised is translated, ``sent`` as
     the record shows; one a middleware raised itself is that middleware's, raised as it is.
+    Whatever is raised, the key is scrubbed from all that ``exc`` carries.
     """
+    _scrub_chain(exc, secret)
     if wire is not None and wire.sends > 1:
         if not wire.answered and isinstance(wire.error, Exception):
             return _translate(wire.error, secret, sent=True)  # aiohttp's resend, refused
@@ -381,7 +383,6 @@ def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
     if not ours:
         # A middleware's own error (say, its audit sink is down), raised after the answer or
         # instead of sending: its own type, never taken for a connection failure and retried.
-        _scrub_chain(exc, secret)
         return exc
     sent = None if wire is None else wire.sends > 0
     return _translate(exc, secret, sent=sent)

@@ -127,17 +127,23 @@ EXPORT_LINE = re.compile(
 )
 
 
+async def _serve_banner(process: asyncio.subprocess.Process) -> str:
+    """What ``asyncsearch serve`` printed, up to the last line of its banner."""
+    assert process.stdout is not None
+    banner = b""
+    async with asyncio.timeout(WAIT):
+        while b"Press Ctrl-C" not in banner:
+            banner += await process.stdout.readline()
+    return banner.decode()
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from Linux's /proc")
 @pytest.mark.timeout(300)
 async def test_serve_holds_its_memory_after_300_distinct_image_searches() -> None:
     process = await start_cli("serve", "--port", "0", "--jobs", "0", env=cli_env())
     try:
-        assert process.stdout is not None
-        banner = b""
-        async with asyncio.timeout(WAIT):
-            while b"Press Ctrl-C" not in banner:
-                banner += await process.stdout.readline()
-        found = EXPORT_LINE.search(banner.decode())
+        banner = await _serve_banner(process)
+        found = EXPORT_LINE.search(banner)
         assert found is not None, banner
         start = _rss_bytes(process.pid)
         async with aiohttp.ClientSession(
@@ -349,12 +355,8 @@ async def test_a_parser_level_bad_request_logs_one_line_not_a_traceback(
 async def test_serve_prints_no_traceback_for_a_bad_request() -> None:
     process = await start_cli("serve", "--port", "0", "--jobs", "0", env=cli_env())
     try:
-        assert process.stdout is not None
-        banner = b""
-        async with asyncio.timeout(WAIT):
-            while b"Press Ctrl-C" not in banner:
-                banner += await process.stdout.readline()
-        url = re.search(rb"http://127\.0\.0\.1:(\d+)", banner)
+        banner = await _serve_banner(process)
+        url = re.search(r"http://127\.0\.0\.1:(\d+)", banner)
         assert url is not None, banner
         reader, writer = await asyncio.open_connection("127.0.0.1", int(url.group(1)))
         try:
