@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import socket
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,17 +232,19 @@ class AuditDown(Exception):
     """The audit sink of a middleware is down."""
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed): connecting is refused."""
+@pytest.fixture
+def refusing_port() -> Iterator[int]:
+    """A loopback port bound by a socket that does not listen: connecting to it is refused, and
+    nothing else can take the port meanwhile (a port bound and then closed could be reused)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("sink", ["its own error", "an aiohttp connect error"])
 @pytest.mark.parametrize("call", ["search", "get_extraction"])
 async def test_a_middleware_failing_after_the_answer_is_raised_as_is_and_not_resent(
-    serve: Serve, sink: str, call: str
+    serve: Serve, sink: str, call: str, refusing_port: int
 ) -> None:
     """The answer came: whatever a middleware raises afterwards is its own, never "not sent".
 
@@ -253,7 +256,7 @@ async def test_a_middleware_failing_after_the_answer_is_raised_as_is_and_not_res
             body=SEARCH_PAGE if "search" in request.path else JOB, content_type="application/json"
         )
     )
-    sink_url = f"http://127.0.0.1:{_closed_port()}/audit"
+    sink_url = f"http://127.0.0.1:{refusing_port}/audit"
 
     async def audit(
         request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
