@@ -840,6 +840,9 @@ class AsyncSearchClient(AsyncClosing):
                             "the client was closed during the bulk call"
                         ) from exc
                     error = exc
+                except Exception as exc:  # a middleware's own error: this id's, as its cause
+                    error = AsyncSearchError(f"a middleware raised {type(exc).__name__}: {exc}")
+                    error.__cause__ = exc
             counts["asyncsearch.bulk.failed"] += 1
             return ExtractionFailure(job_id=job_id, error=error)
 

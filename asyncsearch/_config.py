@@ -480,11 +480,13 @@ def _merge_headers(
     replaced = {key.lower() for key in changes if isinstance(key, str)}
     if name == "headers":
         had = {key.lower() for key in headers}
-        changes = {
-            key: value
-            for key, value in changes.items()
-            if value is not None or not isinstance(key, str) or key.lower() not in had
-        }
+        for key, value in changes.items():
+            if value is None and isinstance(key, str) and key.lower() not in had:
+                raise error(
+                    f"headers: {key!r} is None, which removes a header, and there is no header "
+                    f"{key!r} to remove"
+                )
+        changes = {key: value for key, value in changes.items() if value is not None}
     checked = protocol.check_extra_headers(changes, name=name, error=error)
     kept = {key: value for key, value in headers.items() if key.lower() not in replaced}
     return {**kept, **checked}

@@ -133,24 +133,28 @@ class _Pool:
 
 
 class _Wire:
-    """What one request did on the wire, recorded by the SDK's innermost client middleware.
+    """What one request did on the wire, recorded by the SDK's own client middlewares.
 
     aiohttp calls the middlewares of ``session.request`` around the step that connects, writes
-    the request and reads the answer's head (its public middleware API, 3.12+): this one, last
-    in the list, sees exactly that step. ``sends`` counts the times it was asked to run (a second
-    one is refused: aiohttp resends an idempotent request once by itself when a kept-alive
-    connection fails, and a middleware may call ``handler()`` twice; the client's own retry loop
-    decides retries, and counts them). ``answered`` is set once an answer's head came back;
-    ``error`` is what the step raised. Nothing is inferred later from an exception's type that
-    this saw happen. (aiohttp's TraceConfig signals could record it too, at ~15% of a request's
-    CPU.)
+    the request and reads the answer's head (its public middleware API, 3.12+). ``__call__`` is
+    the innermost one and sees exactly that step: ``sends`` counts the times it was asked to run
+    (a second one is refused: aiohttp resends an idempotent request once by itself when a
+    kept-alive connection fails, and a middleware may call ``handler()`` twice; the client's own
+    retry loop decides retries, and counts them), ``response`` is the answer once its head came
+    back, ``error`` what the step raised. ``outer`` is the outermost one: it keeps a middleware's
+    own connection error raised after the answer from aiohttp, which would take it for a stale
+    connection and run every middleware again. ``earlier``: an earlier request of the attempt (a
+    redirect) was answered. Nothing is inferred later from an exception's type that this saw
+    happen. (aiohttp's TraceConfig signals could record it too, at ~15% of a request's CPU.)
     """
 
-    __slots__ = ("answered", "error", "sends")
+    __slots__ = ("cancelled", "earlier", "error", "response", "sends")
 
-    def __init__(self) -> None:
+    def __init__(self, earlier: bool) -> None:
+        self.earlier = earlier
+        self.cancelled = False  # a cancellation went through every middleware (aiohttp's timer)
         self.sends = 0
-        self.answered = False
+        self.response: aiohttp.ClientResponse | None = None
         self.error: BaseException | None = None
 
     async def __call__(
@@ -160,12 +164,28 @@ class _Wire:
         if self.sends > 1:  # what is raised does not matter: the record says what happened
             raise RuntimeError("asyncsearch sends a request once per attempt")
         try:
-            response = await handler(request)
+            self.response = await handler(request)
         except BaseException as exc:
             self.error = exc
             raise
-        self.answered = True
-        return response
+        return self.response
+
+    async def outer(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        try:
+            return await handler(request)
+        except aiohttp.ClientError as exc:
+            if self.response is None:
+                raise
+            raise _Kept from exc  # not a ClientError: aiohttp passes it on as it is
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+class _Kept(Exception):
+    """Carries (as its cause) a middleware's own aiohttp error raised after the answer."""
 
 
 class Transport:
@@ -316,8 +336,9 @@ async def _follow_redirects(
     inflate = not session.auto_decompress  # else the session inflates, aiohttp's default
     started = time.monotonic()
     status = 0
+    answered = False  # an earlier request of this attempt (a redirect) was answered
     for _ in range(options.max_redirects + 1):
-        wire = _Wire() if record else None
+        wire = _Wire(answered) if record else None
         try:
             async with session.request(
                 method,
@@ -328,7 +349,7 @@ async def _follow_redirects(
                 headers=headers,
                 ssl=options.ssl if options.ssl is not None else True,
                 # None: a caller's session runs its own (a list here would replace them).
-                middlewares=None if wire is None else (*options.middlewares, wire),
+                middlewares=None if wire is None else (wire.outer, *options.middlewares, wire),
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
@@ -345,12 +366,19 @@ async def _follow_redirects(
             raise
         except Exception as exc:
             failure = _failure(exc, wire, secret)
+            if wire is not None and wire.response is not None:
+                wire.response.close()  # an answer a failing middleware held keeps no connection
             if failure is exc:
                 raise
-            raise failure from exc
-        if status == 303 or (status in (301, 302) and method == "POST"):
-            method, body = "GET", None
-        url = target
+            if not isinstance(exc, _Kept):
+                raise failure from (exc if wire is None or wire.error is None else wire.error)
+        else:
+            answered = True
+            if status == 303 or (status in (301, 302) and method == "POST"):
+                method, body = "GET", None
+            url = target
+            continue
+        raise failure  # a middleware's own error, out of the wrapper that kept it from aiohttp
     raise status_error(
         Response(status=status, headers={}, body=b"", url=url),
         method=request.method,  # the call's, as in every status error (a 303 sent a GET)
@@ -364,34 +392,41 @@ def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
     """What to raise for ``exc``, raised by ``session.request`` (its middlewares included).
 
     ``wire`` says what happened on the wire (``None``: a caller's session, unrecorded: then the
-    exception's type is all there is). An error that aiohttp raised is translated, ``sent`` as
-    the record shows; one a middleware raised itself is that middleware's, raised as it is.
-    Whatever is raised, the key is scrubbed from all that ``exc`` carries.
+    exception's type is all there is). An error that aiohttp raised for the request is
+    translated, ``sent`` as the record shows; one a middleware raised itself (before sending,
+    instead of it, or after the answer) is that middleware's, raised as it is. Whatever is
+    raised, the key is scrubbed from all that ``exc`` carries.
     """
     _scrub_chain(exc, secret)
-    if wire is not None and wire.sends > 1:
-        if not wire.answered and isinstance(wire.error, Exception):
+    if wire is None:
+        return _translate(exc, secret) if isinstance(exc, _AIOHTTP_ERRORS) else exc
+    if isinstance(exc, _Kept) and isinstance(exc.__cause__, Exception):
+        cause, answer = exc.__cause__, wire.response
+        if isinstance(cause, aiohttp.ClientPayloadError) and answer and answer.content.exception():
+            # The answer's body, cut while a middleware read it: the request went out.
+            return _translate(cause, secret, sent=True)
+        return cause
+    if wire.sends > 1:
+        if wire.response is None and isinstance(wire.error, Exception):
             return _translate(wire.error, secret, sent=True)  # aiohttp's resend, refused
         return MiddlewareError(
             "a client middleware sent the request a second time (it called handler() again, "
             "after an answer); asyncsearch sends each attempt once and makes retries itself"
         )
-    ours = isinstance(exc, TimeoutError) or (
-        isinstance(exc, aiohttp.ClientError | OSError)
-        and (wire is None or wire.sends == 0 or (not wire.answered and _raised(exc, wire.error)))
-    )
-    if not ours:
-        # A middleware's own error (say, its audit sink is down), raised after the answer or
-        # instead of sending: its own type, never taken for a connection failure and retried.
-        return exc
-    sent = None if wire is None else wire.sends > 0
-    return _translate(exc, secret, sent=sent)
+    # aiohttp's total timer: a TimeoutError once its cancellation went through the middlewares
+    # (a middleware's own asyncio.timeout raises one too, but stops the cancellation itself).
+    timer = isinstance(exc, TimeoutError) and wire.cancelled
+    inner = wire.error
+    if timer or (inner is not None and (exc is inner or exc.__cause__ is inner)):
+        # Connect-phase errors say by their type that nothing went out, unless a redirect of
+        # this attempt was answered; the timer may have fired before anything was sent.
+        went_out = wire.earlier or wire.response is not None or (timer and wire.sends > 0)
+        return _translate(exc, secret, sent=True if went_out else None if wire.sends else False)
+    return exc
 
 
-def _raised(exc: BaseException, inner: BaseException | None) -> bool:
-    """Whether ``exc`` is ``inner`` as aiohttp raises it past its middlewares (an ``OSError``
-    becomes a ``ClientOSError`` from it, a cancellation by the total timer a ``TimeoutError``)."""
-    return inner is not None and (exc is inner or exc.__cause__ is inner)
+#: What aiohttp raises for a request (an OSError may come through as it is).
+_AIOHTTP_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 async def _response(
@@ -555,19 +590,26 @@ def _scrub_chain(exc: BaseException, secret: str) -> None:
             error.args = tuple(scrubbed if arg is info else arg for arg in error.args)
         if hasattr(error, "history"):
             error.history = ()
+        group = error if isinstance(error, BaseExceptionGroup) else None
         if secret:
-            error.args = tuple(_without(arg, secret) for arg in error.args)
+            # A group's second argument is its exceptions, walked below, never replaced.
+            error.args = tuple(
+                arg if group is not None and index else _without(arg, secret)
+                for index, arg in enumerate(error.args)
+            )
             notes = getattr(error, "__notes__", None)
             if isinstance(notes, list):
                 notes[:] = [_without(note, secret) for note in notes]
-        todo += (error.__cause__, error.__context__)
+        todo += (error.__cause__, error.__context__, *(group.exceptions if group else ()))
 
 
 def _without(value: object, secret: str) -> object:
     """``value``, or its text with the key replaced when the text quotes the key."""
     if isinstance(value, str):
         return redact(value, secret)
-    if isinstance(value, int | float | bytes | aiohttp.RequestInfo) or value is None:
+    if isinstance(value, bytes | bytearray):  # a body that echoed the request's headers
+        return value.replace(secret.encode(), b"[redacted]")
+    if isinstance(value, int | float | aiohttp.RequestInfo) or value is None:
         return value  # nothing to quote the key, or scrubbed already
     text = repr(value)
     return redact(text, secret) if secret in text else value
@@ -587,12 +629,13 @@ def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
 def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> AsyncSearchError:
     """Map an aiohttp or OS error to the asyncsearch error a caller can act on.
 
-    ``sent``: whether the request went out, as recorded (``None``: unknown, a caller's session;
-    then only the connect-phase types below say it did not).
+    ``sent``: whether the request went out, as recorded (``None``: judged by the type, as for a
+    caller's session: the connect-phase types below say it did not).
     """
     _scrub_chain(exc, secret)
     detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secret)
     kept = sent is not False  # may have reached the server
+    connecting = sent is True  # went out, whatever the type says (a redirect was answered)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return APIConnectionError(
             f"TLS certificate verification failed (not retried): {detail}",
@@ -603,7 +646,7 @@ def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> Asyn
     # only while it opens the connection (DNS, connect, TLS handshake), before any byte of the
     # request is written: the server cannot have acted on it (request_sent=False).
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return APITimeoutError(f"timed out connecting: {detail}", request_sent=False)
+        return APITimeoutError(f"timed out connecting: {detail}", request_sent=connecting)
     if isinstance(exc, aiohttp.SocketTimeoutError):
         return APITimeoutError(
             f"timed out waiting for data from the server: {detail}", request_sent=kept
@@ -613,9 +656,9 @@ def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> Asyn
             f"the request ran past its total timeout ({detail})", request_sent=kept
         )
     if isinstance(exc, aiohttp.ClientSSLError):  # a ClientConnectorError too
-        return APIConnectionError(f"TLS failed: {detail}", request_sent=False)
+        return APIConnectionError(f"TLS failed: {detail}", request_sent=connecting)
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return APIConnectionError(f"connection failed: {detail}", request_sent=False)
+        return APIConnectionError(f"connection failed: {detail}", request_sent=connecting)
     if isinstance(exc, aiohttp.ClientPayloadError):
         return APIConnectionError(
             f"the response body was cut or malformed: {detail}", request_sent=kept

@@ -15,16 +15,20 @@ import pytest
 from aiohttp import web
 
 from asyncsearch import (
+    APIConnectionError,
     APIStatusError,
+    APITimeoutError,
     AsyncSearchClient,
     ConfigurationError,
     InvalidRequestError,
     MiddlewareError,
     ResponseTooLargeError,
+    Timeout,
     _call,
 )
 
 from .conftest import API_KEY, JOB_ID
+from .helpers import TIME_SCALE
 from .test_call_options import Serve
 
 pytestmark = pytest.mark.timeout(30)
@@ -326,3 +330,211 @@ async def test_a_body_a_middleware_read_is_still_capped(serve: Serve, gzipped: b
     ) as client:
         with pytest.raises(ResponseTooLargeError, match="1000000 bytes"):
             await client.get_extraction(JOB_ID)
+
+
+# -- found by a review: where a middleware's own work meets the record of the request --------
+
+
+@pytest.mark.parametrize("call", ["search", "get_extraction"])
+async def test_a_middleware_s_own_timeout_after_the_answer_is_its_own(
+    serve: Serve, call: str
+) -> None:
+    """Its own ``asyncio.timeout`` (a slow audit sink) is not the attempt's total timeout: raised
+    as it is, the request sent once (it was retried 3 times as the SDK's own timeout)."""
+    server = await serve(
+        lambda request: web.Response(
+            body=SEARCH_PAGE if "search" in request.path else JOB, content_type="application/json"
+        )
+    )
+    never = asyncio.Event()
+
+    async def slow_audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        async with asyncio.timeout(0.01):
+            await never.wait()  # the sink never answers
+        return response
+
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[slow_audit]
+    ) as client:
+        sending = client.search("invoice") if call == "search" else client.get_extraction(JOB_ID)
+        with pytest.raises(TimeoutError) as caught:
+            await sending
+    assert not isinstance(caught.value, APITimeoutError)
+    assert len(server.seen) == 1
+
+
+async def test_an_answer_a_failing_middleware_holds_keeps_no_connection(serve: Serve) -> None:
+    """The error's traceback keeps the middleware's frame, and with it the answer, unreleased:
+    with a pool of one, the next call waited inside aiohttp until its total timeout."""
+    big = b'{"id": "' + b"x" * 2_000_000 + b'"}'  # more than aiohttp reads ahead unasked
+    bodies = [big, JOB]
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=bodies.pop(0), content_type="application/json")
+
+    server = await serve(handler)
+    failing = [True]
+
+    async def audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)  # not released: the error's traceback keeps it
+        if failing.pop():
+            raise AuditDown("the audit sink is down")
+        return response
+
+    async with AsyncSearchClient(
+        API_KEY,
+        base_url=server.base_url,
+        max_connections=1,
+        middlewares=[audit],
+        timeout=Timeout(total=10 * TIME_SCALE),
+    ) as client:
+        with pytest.raises(AuditDown) as kept:  # kept: its traceback holds the answer
+            await client.get_extraction(JOB_ID)
+        failing.append(False)
+        async with asyncio.timeout(5 * TIME_SCALE):
+            assert str((await client.get_extraction(JOB_ID)).id) == JOB_ID
+    assert kept.value.__traceback__ is not None
+    assert len(server.seen) == 2
+
+
+async def test_a_body_cut_while_a_middleware_reads_it_is_the_request_s_failure() -> None:
+    """The connection dropped mid-body: retried as without the middleware (it came out as
+    aiohttp's own ClientPayloadError, raw and not retried)."""
+    answers = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answers
+        await reader.readuntil(b"\r\n\r\n")
+        answers += 1
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+        if answers == 1:  # the first answer is cut in the middle of its body
+            writer.write(head % len(JOB) + b"\r\n" + JOB[:50])
+        else:
+            writer.write(head % len(JOB) + b"Connection: close\r\n\r\n" + JOB)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with AsyncSearchClient(
+            API_KEY, base_url=f"http://127.0.0.1:{port}", middlewares=[_reading]
+        ) as client:
+            job = await client.get_extraction(JOB_ID)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert str(job.id) == JOB_ID
+    assert answers == 2
+
+
+async def test_a_middleware_s_own_disconnect_after_the_answer_is_not_a_resend(
+    serve: Serve,
+) -> None:
+    """aiohttp takes a ServerDisconnectedError out of the middlewares for a stale connection and
+    runs them all again: the middleware's own error must reach the caller, once, as it is (it
+    became a MiddlewareError blaming a second send)."""
+    server = await serve(lambda request: _job())
+    runs = 0
+
+    async def audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        nonlocal runs
+        runs += 1
+        await handler(request)
+        raise aiohttp.ServerDisconnectedError()  # its own sink's connection dropped
+
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, middlewares=[audit]) as client:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await client.get_extraction(JOB_ID)
+    assert runs == 1
+    assert len(server.seen) == 1
+
+
+@pytest.mark.parametrize("how", ["a group", "bytes"])
+async def test_the_key_is_scrubbed_from_groups_and_bytes(serve: Serve, how: str) -> None:
+    server = await serve(lambda request: _job())
+
+    async def quoting(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        echoed = repr(dict(request.headers)).encode()  # a body that echoed the headers
+        if how == "bytes":
+            raise AuditDown("the sink refused", echoed)
+        raise ExceptionGroup("audit", [AuditDown("refused", echoed.decode())])
+
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[quoting]
+    ) as client:
+        with pytest.raises(Exception) as caught:
+            await client.get_extraction(JOB_ID)
+    assert isinstance(caught.value, AuditDown | ExceptionGroup)
+    shown = "".join(traceback.format_exception(caught.value)) + repr(caught.value.args)
+    assert API_KEY not in shown
+    assert "[redacted]" in shown
+
+
+async def test_a_middleware_s_own_error_in_a_bulk_call_fails_only_its_id(serve: Serve) -> None:
+    server = await serve(lambda request: _job())
+    refused = {"00000000-0000-4000-8000-000000000002"}
+
+    async def audit(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        response = await handler(request)
+        if request.url.path.rsplit("/", 1)[1] in refused:
+            raise AuditDown("the audit sink is down")
+        return response
+
+    ids = [f"00000000-0000-4000-8000-00000000000{i}" for i in range(1, 5)]
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, max_connections=1, middlewares=[audit]
+    ) as client:
+        async with asyncio.timeout(10 * TIME_SCALE):
+            results = await client.gather_extractions(ids, concurrency=4)
+    assert [r.ok for r in results] == [True, False, True, True]
+    failed = results[1].error
+    assert failed is not None
+    assert "a middleware raised AuditDown" in str(failed)
+    assert isinstance(failed.__cause__, AuditDown)
+    assert len(server.seen) == 4
+
+
+async def test_a_search_answered_with_a_redirect_counts_as_sent_if_the_redirect_fails() -> None:
+    """The search POST was answered 303 (the service acted on it); its same-origin GET cannot
+    connect: the attempt went out, so the search is not sent again (it was: request_sent=False)."""
+    posts = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal posts
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        posts += 1
+        server.close()  # the listener is gone: the redirect's GET is refused
+        writer.write(
+            b"HTTP/1.1 303 See Other\r\nLocation: /v2/search/result\r\nContent-Length: 0\r\n"
+            b"Connection: close\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with AsyncSearchClient(API_KEY, base_url=f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(APIConnectionError) as caught:
+            await client.search("invoice")
+    await server.wait_closed()
+    assert caught.value.request_sent is True
+    assert caught.value.attempts == 1  # not retried: retry_search="safe"
+    assert posts == 1
