@@ -31,8 +31,6 @@ from ._errors import (
     APIStatusError,
     APITimeoutError,
     AsyncSearchError,
-    AuthenticationError,
-    ConfigurationError,
     ResponseValidationError,
 )
 from ._protocol import Request, Response
@@ -59,10 +57,6 @@ class Shared:
     retry_budget: RetryBudget | None
     rate_limit: RateLimit | None
     random: random.Random = field(default_factory=random.Random)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.rate_limit, RateLimit | None):
-            raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
 
 
 class APIResponse(Generic[T]):
@@ -188,7 +182,7 @@ async def send(
                     pressure.on_success()
                 return _api_response(call, response)
             error, retry_after = call.status_error(response)
-            if isinstance(error, AuthenticationError) and call.source.provider and not call.rekeyed:
+            if status == 401 and call.source.provider and not call.rekeyed:
                 call.rekeyed = call.rekey = True  # the next attempt asks for the key again
                 logger.info("%s: the key was refused (401); asking for it again", request.path)
                 span.retry(call.attempts, 0.0, "status 401: the key asked again")
@@ -235,20 +229,14 @@ class _Call(Generic[T]):
         request = self.request
         started = time.monotonic()
         try:
-            if self.shared.rate_limit is None and self.source.provider is None:
-                # A bulk call's attempt waits for a connection without Timeout.pool; the
-                # deadline's scope bounds that wait as it bounds the rest of the attempt.
-                bulk = self.pressure is not None
-                sending = self.shared.transport.send(request, self.options, bulk=bulk)
-            else:
-                sending = self._send()
+            sending = self._send()
             if self.end is None:
                 response = await sending
             else:
                 with anyio.CancelScope(deadline=self.end) as scope:
                     response = await sending
                 if scope.cancelled_caught:
-                    raise self._past_deadline(f"ran past it during attempt {self.attempts}")
+                    raise self._past_deadline(f"passed during attempt {self.attempts}")
         except AsyncSearchError as exc:
             exc.attempts = self.attempts
             if isinstance(exc, APIConnectionError):
@@ -259,7 +247,11 @@ class _Call(Generic[T]):
         return response
 
     async def _send(self) -> Response:
-        """The attempt's token of the rate limit, then the call's key, then the attempt."""
+        """The attempt's token of the rate limit, then the call's key, then the attempt.
+
+        A bulk call's attempt waits for a connection without Timeout.pool; the deadline's scope
+        bounds that wait as it bounds the rest of the attempt.
+        """
         limit = self.shared.rate_limit
         if limit is not None:  # taken before the pool's connection: a wait here holds none
             wait = limit.wait()

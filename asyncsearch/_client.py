@@ -513,6 +513,8 @@ class AsyncSearchClient(AsyncClosing):
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
+        if not isinstance(rate_limit, RateLimit | None):
+            raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
         if session is not None and middlewares:
             raise ConfigurationError(_SESSION_MIDDLEWARES)
         given = locals()  # the options of OptionChanges, by their names

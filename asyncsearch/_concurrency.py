@@ -725,8 +725,6 @@ class RateLimit:
         ``burst`` that is not an integer of at least 1.
     """
 
-    __slots__ = ("_lock", "_stamp", "_tokens", "burst", "per_second", "waiting")
-
     def __init__(self, per_second: float, *, burst: int = 1) -> None:
         check_number("per_second", per_second, minimum=0, integer=False, error=ConfigurationError)
         if not 0 < per_second < math.inf:

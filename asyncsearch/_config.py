@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
 import math
 import os
 import ssl as ssl_module
@@ -293,7 +292,7 @@ class _Secret:
         async with self._lock:
             if self.provider is not None and after in (None, self.asked):
                 key = self.provider()
-                key = await key if inspect.isawaitable(key) else key
+                key = await key if isinstance(key, Awaitable) else key
                 self._value = _check_text("the key the api_key provider returned", key)
                 self.asked += 1
             return self._value, self.asked

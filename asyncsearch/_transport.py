@@ -190,8 +190,7 @@ class Transport:
             raise ConfigurationError("proxy cannot be given with session=, which has its own")
         if not isinstance(proxy_auth, aiohttp.BasicAuth | None) or (proxy_auth and not proxy):
             raise ConfigurationError("proxy_auth must be an aiohttp.BasicAuth, given with proxy=")
-        _check_proxy(proxy)
-        self._proxy, self._proxy_auth = proxy, proxy_auth
+        self._proxy, self._proxy_auth = _proxy_of(proxy, proxy_auth)
         self._session = session
         #: True when the session is this transport's own (no ``session=`` was passed).
         self.owns_session = session is None
@@ -371,14 +370,20 @@ async def _follow_redirects(
     )
 
 
-def _check_proxy(proxy: object) -> None:
-    """Refuse a proxy that is not an http(s) URL with a host, never quoting it (a password?)."""
+def _proxy_of(
+    proxy: object, auth: aiohttp.BasicAuth | None
+) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
+    """The proxy's URL and credentials: those in its URL move to the auth, where no error of
+    aiohttp quotes them. A proxy that is not an http(s) URL is refused without quoting it."""
     try:
         url = None if proxy is None else yarl.URL(proxy)  # type: ignore[arg-type]  # checked
     except (TypeError, ValueError):
         url = yarl.URL()
     if url is not None and (url.scheme not in ("http", "https") or not url.host):
         raise ConfigurationError("proxy must be an http:// or https:// URL (a str or a yarl.URL)")
+    if url is None or url.user is None:
+        return url, auth
+    return url.with_user(None), auth or aiohttp.BasicAuth.from_url(url)
 
 
 def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
