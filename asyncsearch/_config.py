@@ -230,8 +230,9 @@ class SearchOptions(RequestOptions, total=False):
 class OptionChanges(_AttemptOptions, total=False):
     """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
 
-    (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
-    which the clients made by ``with_options`` share.)
+    (``max_connections``, ``session``, ``trust_env``, ``proxy``, ``proxy_auth``,
+    ``retry_budget`` and ``rate_limit`` belong to the pool, which the clients made by
+    ``with_options`` share.) ``api_key`` takes a string or a key provider, as the client does.
     """
 
     api_key: str | Callable[[], str | Awaitable[str]]
