@@ -743,7 +743,7 @@ class RateLimit:
         self._stamp = now
         return self._tokens
 
-    tokens = property(_refill, doc="The tokens in the bucket now (and the next one's fraction).")
+    tokens = property(_refill, doc="Tokens now, with a fraction; read in the client's event loop.")
 
     def wait(self) -> float:
         """Seconds an attempt asking now would wait for its token (after every waiting one)."""
