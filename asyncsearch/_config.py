@@ -392,9 +392,7 @@ class Options:
     def keyed(self, key: str) -> Options:
         """These options sending ``key``: a call's, of a client whose ``api_key`` is a provider."""
         names = ("headers_without_body", "headers_with_body")
-        headers: dict[str, Any] = {
-            name: {**getattr(self, name), "X-Api-Key": key} for name in names
-        }
+        headers: dict[str, Any] = {n: {**getattr(self, n), "X-Api-Key": key} for n in names}
         return replace(self, api_key=_Secret(key), **headers)
 
     def apply(self, request: Request[T]) -> Request[T]:
