@@ -16,6 +16,7 @@ from asyncsearch import (
     AuthenticationError,
     ConfigurationError,
     ExtractionFailure,
+    RateLimit,
     RetryBudget,
     _call,
 )
@@ -192,6 +193,24 @@ async def test_a_401_storm_in_a_bulk_call_asks_the_provider_once(serve: Serve) -
     assert len(server.seen) == 2 * concurrency
     # Every second request sent the one key the refresh got.
     assert sent_keys(server)[concurrency:] == [f"{API_KEY}-{concurrency + 1}"] * concurrency
+
+
+async def test_a_401_storm_under_a_rate_limit_asks_the_provider_once(serve: Serve) -> None:
+    """Attempts spread out by a rate limit: each call asks for its key once it has its token,
+    right before it sends; the tokens go first come first served, so every first attempt of
+    the calls in flight (and its question) comes before any attempt with a new key, and the
+    storm still asks once more than there are calls in flight."""
+    concurrency = 8
+    provider = Provider(is_async=True)
+    server = await serve(keys_service(lambda key: True))
+    limit = RateLimit(per_second=100, burst=1)
+    options: dict[str, Any] = {"rate_limit": limit}
+    async with AsyncSearchClient(provider, base_url=server.base_url, **options) as client:
+        async with asyncio.timeout(BOUND):
+            results = await client.gather_extractions(IDS, concurrency=concurrency)
+    assert all(isinstance(r.error, AuthenticationError) for r in results)
+    assert provider.asks == concurrency + 1
+    assert len(server.seen) == 2 * concurrency
 
 
 async def test_with_options_takes_a_key_or_a_provider(serve: Serve) -> None:
