@@ -36,9 +36,8 @@ import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar, Unpack, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack, get_args
 
-import aiohttp
 import anyio
 
 from asyncsearch import (
@@ -74,6 +73,9 @@ with needs_extra("asyncsearch.ray needs Ray Data", "ray"):
     import ray
     import ray.data
     from ray.data.extensions import ArrowTensorArray
+
+if TYPE_CHECKING:
+    import aiohttp  # for an annotation only: the transport is the one module that uses it
 
 __all__ = [
     "EXTRACTION_SCHEMA",
