@@ -20,7 +20,7 @@ from ._client import (
     RawResponseClient,
     SearchCallParams,
 )
-from ._concurrency import RetryBudget
+from ._concurrency import RateLimit, RetryBudget
 from ._config import OptionChanges, RequestOptions, RetryPolicy, SearchOptions, Timeout
 from ._errors import (
     APIConnectionError,
@@ -96,6 +96,7 @@ __all__ = [
     "OptionChanges",
     "PermissionDeniedError",
     "PoolTimeoutError",
+    "RateLimit",
     "RateLimitError",
     "RawResponseClient",
     "RequestOptions",

@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
@@ -24,8 +24,8 @@ import msgspec
 
 from . import _models as models
 from . import _protocol as protocol
-from ._concurrency import AdaptiveConcurrency, RetryBudget
-from ._config import Options
+from ._concurrency import AdaptiveConcurrency, RateLimit, RetryBudget
+from ._config import Options, _Secret
 from ._errors import (
     APIConnectionError,
     APIStatusError,
@@ -48,13 +48,15 @@ logger = logging.getLogger("asyncsearch")
 _sleep = anyio.sleep
 
 
+@dataclass(slots=True)
 class Shared:
-    """What a client and the clients made by ``with_options`` share: the pool and the budget."""
+    """What a client and the clients made by ``with_options`` share: the pool, the retry budget
+    and the rate limit."""
 
-    def __init__(self, transport: Transport, retry_budget: RetryBudget | None) -> None:
-        self.transport = transport
-        self.retry_budget = retry_budget
-        self.random = random.Random()
+    transport: Transport
+    retry_budget: RetryBudget | None
+    rate_limit: RateLimit | None
+    random: random.Random = field(default_factory=random.Random)
 
 
 class APIResponse(Generic[T]):
@@ -153,13 +155,14 @@ async def send(
     told about successes and overload answers (429, 503, with their ``Retry-After``), so that a
     bulk fetch can slow down as a whole; ``span`` gets the retries. ``options.deadline``
     bounds all of it: an attempt it cuts short raises ``APITimeoutError``, and a retry whose
-    wait would end past it is not started.
+    wait would end past it is not started. With a key provider (``api_key=`` a function), a 401
+    asks it again once and makes one more attempt, counted by no retry limit.
     """
     policy = options.retry
     # May the request be sent again once it may have reached the service? See retry_search.
     idempotent = request.idempotent or policy.retry_search == "always"
     end = None if options.deadline is None else anyio.current_time() + options.deadline
-    call = _Call(shared, options, request, pressure, end)
+    call = _Call(shared, options, request, pressure, end, options.api_key)
     while True:
         call.attempts += 1
         retry_after = None
@@ -179,6 +182,11 @@ async def send(
                     pressure.on_success()
                 return _api_response(call, response)
             error, retry_after = call.status_error(response)
+            if status == 401 and call.source.provider and not call.rekeyed:
+                call.rekeyed = call.rekey = True  # the next attempt asks for the key again
+                logger.info("%s: the key was refused (401); asking for it again", request.path)
+                span.retry(call.attempts, 0.0, "status 401: the key asked again")
+                continue
             if not protocol.is_retryable_status(
                 status, idempotent=idempotent, statuses=policy.statuses
             ):
@@ -207,31 +215,28 @@ class _Call(Generic[T]):
     request: Request[T]
     pressure: AdaptiveConcurrency | None
     end: float | None  # the call's deadline, in anyio's clock
+    source: _Secret  # the client's key, or its key provider
     attempts: int = 0
+    asked: int | None = None  # with a key provider: the number of its answer this call sends
+    rekey: bool = True  # with a key provider: the next attempt asks it for the key
+    rekeyed: bool = False  # a 401 made the call ask for the key again (once per call)
 
     async def attempt(self) -> Response:
         """One attempt: the answer, whatever its status; an error carries ``attempts``.
 
         Past ``end`` it is cancelled: ``APITimeoutError``.
         """
-        options, request = self.options, self.request
+        request = self.request
         started = time.monotonic()
         try:
-            # A bulk call's attempt waits for a connection without Timeout.pool; the deadline's
-            # scope bounds that wait as it bounds the rest of the attempt.
-            sending = self.shared.transport.send(request, options, bulk=self.pressure is not None)
+            sending = self._send()
             if self.end is None:
                 response = await sending
             else:
                 with anyio.CancelScope(deadline=self.end) as scope:
                     response = await sending
                 if scope.cancelled_caught:
-                    exc = APITimeoutError(
-                        f"the call ran past its deadline of {options.deadline:g}s during attempt "
-                        f"{self.attempts}"
-                    )
-                    exc.retryable = False  # the deadline has passed: no attempt may follow
-                    raise exc
+                    raise self._past_deadline(f"passed during attempt {self.attempts}")
         except AsyncSearchError as exc:
             exc.attempts = self.attempts
             if isinstance(exc, APIConnectionError):
@@ -240,6 +245,31 @@ class _Call(Generic[T]):
         if logger.isEnabledFor(logging.DEBUG):
             _log_attempt(request, response.status, self.attempts, response.elapsed)
         return response
+
+    async def _send(self) -> Response:
+        """The attempt's token of the rate limit, then the call's key, then the attempt.
+
+        A bulk call's attempt waits for a connection without Timeout.pool; the deadline's scope
+        bounds that wait as it bounds the rest of the attempt.
+        """
+        limit = self.shared.rate_limit
+        if limit is not None:  # taken before the pool's connection: a wait here holds none
+            wait = limit.wait()
+            if wait and self.end is not None and anyio.current_time() + wait > self.end:
+                what = f"would pass in the {wait:.2f}s attempt {self.attempts} waits for {limit!r}"
+                raise self._past_deadline(what + ": it was not sent")
+            await limit.take()
+        if self.source.provider is not None and self.rekey:
+            self.rekey = False
+            key, self.asked = await self.source.ask(self.asked)
+            self.options = self.options.keyed(key)  # once per key, not per attempt
+        bulk = self.pressure is not None
+        return await self.shared.transport.send(self.request, self.options, bulk=bulk)
+
+    def _past_deadline(self, what: str) -> APITimeoutError:
+        exc = APITimeoutError(f"the call's deadline of {self.options.deadline:g}s {what}")
+        exc.retryable = False  # the deadline has passed, or will: no attempt may follow
+        return exc
 
     def status_error(self, response: Response) -> tuple[APIStatusError, float | None]:
         """The error of an answer that is not a success, and its ``Retry-After`` in seconds.
@@ -276,7 +306,7 @@ class _Call(Generic[T]):
         budget and the deadline say on the error that they stopped the retries.
         """
         policy = self.options.retry
-        if self.attempts > policy.max_retries:
+        if self.attempts - self.rekeyed > policy.max_retries:  # the new key's attempt is free
             raise error
         if retry_after is not None and retry_after > policy.max_retry_after:
             error.retries_stopped = (

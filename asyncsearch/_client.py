@@ -14,6 +14,7 @@ import ssl as ssl_module
 import uuid
 from collections.abc import (
     AsyncIterable,
+    Awaitable,
     Callable,
     Collection,
     Coroutine,
@@ -49,6 +50,7 @@ from ._concurrency import (
     AsyncClosing,
     FanOut,
     Outcome,
+    RateLimit,
     RetryBudget,
     limited_fan_out,
 )
@@ -100,6 +102,7 @@ from ._transport import USER_AGENT, Transport
 
 if TYPE_CHECKING:
     import aiohttp  # only for annotations: _transport.py is the one module that uses aiohttp
+    import yarl
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -433,7 +436,8 @@ class AsyncSearchClient(AsyncClosing):
     One client holds one connection pool; make it once and share it across tasks.
 
     Parameters:
-        api_key: sent as ``X-Api-Key``; defaults to env ``ASYNCSEARCH_API_KEY``.
+        api_key: sent as ``X-Api-Key``: a string, or a function (sync or async) returning it, asked
+            before each call and once more after a 401; defaults to env ``ASYNCSEARCH_API_KEY``.
         base_url: the service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
         base_id: sends ``X-Service-Base-Id`` to run against that base.
         timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or seconds (the total,
@@ -452,10 +456,12 @@ class AsyncSearchClient(AsyncClosing):
         headers: extra headers on every request (they cannot replace the key or base id).
         ssl: an ``ssl.SSLContext``, e.g. to trust a private CA.
         trust_env: take proxies and netrc from the environment, as aiohttp does.
+        proxy, proxy_auth: the proxy of every request, as aiohttp takes them; not with ``session``.
         max_response_bytes: cap on a decoded body; past it ``ResponseTooLargeError``.
         allow_http: allow a plain ``http://`` base URL to a host that is not loopback.
         max_redirects: how many same-origin redirects one attempt follows.
         retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
+        rate_limit: a ``RateLimit`` (requests per second) shared with ``with_options`` clients.
         first_page: the number of the first page, used by the page iterators.
         tracing: OpenTelemetry spans when ``opentelemetry-api`` is importable (``otel`` extra);
             with no SDK configured they cost next to nothing.
@@ -470,7 +476,7 @@ class AsyncSearchClient(AsyncClosing):
 
     def __init__(
         self,
-        api_key: str | None = None,
+        api_key: str | Callable[[], str | Awaitable[str]] | None = None,
         *,
         base_url: str | None = None,
         base_id: str | None = None,
@@ -484,11 +490,14 @@ class AsyncSearchClient(AsyncClosing):
         headers: Mapping[str, str] | None = None,
         ssl: ssl_module.SSLContext | None = None,
         trust_env: bool = False,
+        proxy: str | yarl.URL | None = None,
+        proxy_auth: aiohttp.BasicAuth | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         allow_http: bool = False,
         max_retry_after: float | NotGiven = NOT_GIVEN,
         max_redirects: int = DEFAULT_MAX_REDIRECTS,
         retry_budget: RetryBudget | NotGiven | None = NOT_GIVEN,
+        rate_limit: RateLimit | None = None,
         first_page: int = 1,
         retry_search: SearchRetryPolicy | NotGiven = NOT_GIVEN,
         tracing: bool = True,
@@ -504,14 +513,16 @@ class AsyncSearchClient(AsyncClosing):
             raise ConfigurationError("trust_env must be a bool")
         if not isinstance(retry_budget, RetryBudget | NotGiven | None):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
+        if not isinstance(rate_limit, RateLimit | None):
+            raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
         if session is not None and middlewares:
             raise ConfigurationError(_SESSION_MIDDLEWARES)
         given = locals()  # the options of OptionChanges, by their names
         values = {name: given[name] for name in OPTION_NAMES}
         self._options = Options.make(values, user_agent=USER_AGENT)
-        transport = Transport(session=session, max_connections=max_connections, trust_env=trust_env)
+        transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
-        self._shared = Shared(transport, budget)
+        self._shared = Shared(transport, budget, rate_limit)
         self._owns_transport = True
         self._closed = False
 
@@ -545,9 +556,10 @@ class AsyncSearchClient(AsyncClosing):
     def with_options(self, **changes: Unpack[OptionChanges]) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
-        Takes the options of ``AsyncSearchClient`` except ``max_connections``, ``session``,
-        ``trust_env`` and ``retry_budget`` (those of the pool). ``base_id=None`` clears the base
-        and ``timeout=None`` turns time limits off; an option not given keeps its value.
+        Takes the options of ``AsyncSearchClient`` but those of the pool (``max_connections``,
+        ``session``, ``trust_env``, ``proxy``, ``proxy_auth``, ``retry_budget``, ``rate_limit``).
+        ``base_id=None`` clears the base and ``timeout=None`` turns time limits off; an option
+        not given keeps its value.
         ``headers`` are merged into the client's (a name in any case replaces the header of that
         name, a value of ``None`` removes it); ``headers=None`` removes them all.
         Closing the returned client does not close the shared pool.

@@ -9,6 +9,7 @@ paging methods:
   when the service says it is overloaded.
 - ``RetryBudget`` is a token bucket that caps how much retrying a client may do, in the manner of
   the AWS SDKs' "standard" retry mode.
+- ``RateLimit`` is a token bucket of requests per second that every attempt waits for.
 
 Everything here lives in one event loop and is not thread-safe. Time is anyio's (its clock, its
 sleep, its shielded scope for cleanup), as in the rest of the core; tasks, futures and events are
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sized
@@ -702,3 +704,64 @@ class RetryBudget:
 
     def __repr__(self) -> str:
         return f"RetryBudget(tokens={self._tokens}, capacity={self._capacity})"
+
+
+#: The clock of ``RateLimit``: anyio's, as every deadline's (a test may hold it).
+_clock = anyio.current_time
+
+
+class RateLimit:
+    """A client-side limit of requests per second: a token bucket each attempt takes one from.
+
+    The bucket holds at most ``burst`` tokens (it starts full) and gains ``per_second`` tokens a
+    second. Every attempt of a call (a retry too; direct calls, walks and bulk calls alike) takes
+    one before it waits for a connection of the pool, so a waiting attempt holds no connection;
+    when none is left it waits its turn, first come first served. A wait that would end past
+    the call's ``deadline`` is not begun (``APITimeoutError``); a wait cancelled takes nothing.
+    The client and every client made by ``with_options`` share it. Its state, for a progress
+    bar or a metric: ``tokens`` and ``waiting``. Use it from one event loop only.
+
+    :raises ConfigurationError: for a ``per_second`` that is not a positive finite number, or a
+        ``burst`` that is not an integer of at least 1.
+    """
+
+    def __init__(self, per_second: float, *, burst: int = 1) -> None:
+        check_number("per_second", per_second, minimum=0, integer=False, error=ConfigurationError)
+        if not 0 < per_second < math.inf:
+            raise ConfigurationError(f"per_second must be above 0 and finite, got {per_second!r}")
+        self.per_second: float = per_second
+        self.burst: int = check_number("burst", burst, minimum=1, error=ConfigurationError)
+        #: How many attempts wait for a token now.
+        self.waiting = 0
+        self._tokens = float(burst)
+        self._stamp = -math.inf  # the clock's time of ``_tokens``: before any, it is full
+        self._lock = asyncio.Lock()  # the queue of waiting attempts: first come, first served
+
+    def _refill(self) -> float:
+        now = _clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.per_second)
+        self._stamp = now
+        return self._tokens
+
+    tokens = property(_refill, doc="Tokens now, with a fraction; read in the client's event loop.")
+
+    def wait(self) -> float:
+        """Seconds an attempt asking now would wait for its token (after every waiting one)."""
+        return max(0.0, self.waiting + 1 - self._refill()) / self.per_second
+
+    async def take(self) -> None:
+        """Take a token, waiting for it in turn; a wait cancelled takes none."""
+        if self.waiting or self._refill() < 1:
+            self.waiting += 1
+            try:
+                async with self._lock:  # first come, first served
+                    await anyio.sleep(max(0.0, 1 - self._refill()) / self.per_second)
+            finally:
+                self.waiting -= 1
+            self._refill()
+        # Taken with no await since the wait ended, so that a cancelled wait takes nothing; a
+        # timer may end a hair early, leaving the bucket that hair below 0 (the next one waits).
+        self._tokens -= 1
+
+    def __repr__(self) -> str:
+        return f"RateLimit(per_second={self.per_second:g}, burst={self.burst})"

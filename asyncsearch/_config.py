@@ -5,6 +5,7 @@ Also ``Timeout``, the defaults and the "not given" sentinel.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import math
 import os
@@ -229,11 +230,12 @@ class SearchOptions(RequestOptions, total=False):
 class OptionChanges(_AttemptOptions, total=False):
     """The keywords of ``with_options``: the options of ``AsyncSearchClient`` but the pool's.
 
-    (``max_connections``, ``session``, ``trust_env`` and ``retry_budget`` belong to the pool,
-    which the clients made by ``with_options`` share.)
+    (``max_connections``, ``session``, ``trust_env``, ``proxy``, ``proxy_auth``,
+    ``retry_budget`` and ``rate_limit`` belong to the pool, which the clients made by
+    ``with_options`` share.) ``api_key`` takes a string or a key provider, as the client does.
     """
 
-    api_key: str
+    api_key: str | Callable[[], str | Awaitable[str]]
     base_url: str
     base_id: str | None
     headers: Mapping[str, str | None] | None
@@ -268,15 +270,33 @@ _NO_TRACING: Final = Tracing(base_url="", enabled=False, content=False)
 
 
 class _Secret:
-    """Holds the API key so that no repr, log or traceback of the client shows it."""
+    """Holds the API key, or the function giving it, so that no repr, log or traceback shows it.
 
-    __slots__ = ("_value",)
+    With a ``provider`` (``api_key=`` a sync or async function returning the key), ``get()`` is
+    the key it returned last ("" before its first answer) and ``asked`` counts its answers.
+    """
 
-    def __init__(self, value: str) -> None:
+    __slots__ = ("_lock", "_value", "asked", "provider")
+
+    def __init__(self, value: str, provider: Callable[[], str | Awaitable[str]] | None = None):
         self._value = value
+        self.provider = provider
+        self.asked = 0
+        self._lock = asyncio.Lock()  # one question to the provider at a time
 
     def get(self) -> str:
         return self._value
+
+    async def ask(self, after: int | None) -> tuple[str, int]:
+        """The provider's latest key and its answer's number: asked now, unless it has answered
+        since its answer number ``after`` (``None``: asked in any case)."""
+        async with self._lock:
+            if self.provider is not None and after in (None, self.asked):
+                key = self.provider()
+                key = await key if isinstance(key, Awaitable) else key
+                self._value = _check_text("the key the api_key provider returned", key)
+                self.asked += 1
+            return self._value, self.asked
 
     def __repr__(self) -> str:
         return "<secret>"
@@ -369,6 +389,12 @@ class Options:
             )
         return _derive(values, self)
 
+    def keyed(self, key: str) -> Options:
+        """These options sending ``key``: a call's, of a client whose ``api_key`` is a provider."""
+        names = ("headers_without_body", "headers_with_body")
+        headers: dict[str, Any] = {n: {**getattr(self, n), "X-Api-Key": key} for n in names}
+        return replace(self, api_key=_Secret(key), **headers)
+
     def apply(self, request: Request[T]) -> Request[T]:
         """The request with this call's ``extra_query`` and ``extra_body``."""
         if self.query or self.body:
@@ -403,7 +429,9 @@ def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -
     """The change ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
     match name:
         case "api_key":
-            return value if isinstance(value, _Secret) else _Secret(_check_text(name, value))
+            if isinstance(value, _Secret):
+                return value
+            return _Secret("", value) if callable(value) else _Secret(_check_text(name, value))
         case "base_url":
             return value  # checked by merge, with allow_http
         case "base_id":

@@ -50,6 +50,7 @@ USER_AGENT = (
     f"{sys.version_info.micro} aiohttp/{aiohttp.__version__}"
 )
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_SECRET_HEADERS = frozenset({"x-api-key", "proxy-authorization"})
 _CHUNK = 64 * 1024
 #: How much of an error body is kept: enough for any message, small enough to never matter.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -191,18 +192,25 @@ class _Kept(Exception):
 class Transport:
     """Sends attempts over one ``aiohttp.ClientSession``, created lazily inside the running loop.
 
-    A session passed in is used as it is and never closed here.
+    A session passed in is used as it is and never closed here. ``proxy`` and ``proxy_auth``
+    are the own session's (aiohttp's keywords), checked here without quoting them.
     """
 
     def __init__(
         self,
-        *,
         session: aiohttp.ClientSession | None,
         max_connections: int,
         trust_env: bool,
+        proxy: str | yarl.URL | None,
+        proxy_auth: aiohttp.BasicAuth | None,
     ) -> None:
         if session is not None and not isinstance(session, aiohttp.ClientSession):
             raise ConfigurationError("session must be an aiohttp.ClientSession")
+        if session is not None and (proxy is not None or proxy_auth is not None):
+            raise ConfigurationError("proxy cannot be given with session=, which has its own")
+        if not isinstance(proxy_auth, aiohttp.BasicAuth | None) or (proxy_auth and not proxy):
+            raise ConfigurationError("proxy_auth must be an aiohttp.BasicAuth, given with proxy=")
+        self._proxy, self._proxy_auth = _proxy_of(proxy, proxy_auth)
         self._session = session
         #: True when the session is this transport's own (no ``session=`` was passed).
         self.owns_session = session is None
@@ -252,6 +260,8 @@ class Transport:
                 # The service authenticates by key: the client keeps no cookies, so a request
                 # never carries state from an earlier answer (a caller's session keeps its own).
                 cookie_jar=aiohttp.DummyCookieJar(),
+                proxy=self._proxy,
+                proxy_auth=self._proxy_auth,
             )
         elif self._session.closed:
             raise ClientClosedError("the aiohttp session passed to the client is closed")
@@ -386,6 +396,22 @@ async def _follow_redirects(
         secret=secret,
         reason=f"more than {options.max_redirects} redirects (a redirect loop?)",
     )
+
+
+def _proxy_of(
+    proxy: object, auth: aiohttp.BasicAuth | None
+) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
+    """The proxy's URL and credentials: those in its URL move to the auth, where no error of
+    aiohttp quotes them. A proxy that is not an http(s) URL is refused without quoting it."""
+    try:
+        url = None if proxy is None else yarl.URL(proxy)  # type: ignore[arg-type]  # checked
+    except (TypeError, ValueError):
+        url = yarl.URL()
+    if url is not None and (url.scheme not in ("http", "https") or not url.host):
+        raise ConfigurationError("proxy must be an http:// or https:// URL (a str or a yarl.URL)")
+    if url is None or url.user is None:
+        return url, auth
+    return url.with_user(None), auth or aiohttp.BasicAuth.from_url(url)
 
 
 def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
@@ -579,7 +605,7 @@ def _scrub_chain(exc: BaseException, secret: str) -> None:
         info = getattr(error, "request_info", None)
         if isinstance(info, aiohttp.RequestInfo):
             clean: CIMultiDict[str] = CIMultiDict(
-                (k, "[redacted]" if k.lower() == "x-api-key" else redact(v, secret))
+                (k, "[redacted]" if k.lower() in _SECRET_HEADERS else redact(v, secret))
                 for k, v in info.headers.items()
             )
             scrubbed = aiohttp.RequestInfo(

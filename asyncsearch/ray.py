@@ -36,7 +36,7 @@ import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar, Unpack, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, Unpack, get_args
 
 import anyio
 
@@ -45,6 +45,7 @@ from asyncsearch import (
     AsyncSearchClient,
     ExtractionFormat,
     InvalidRequestError,
+    RateLimit,
     RetryBudget,
     RetryPolicy,
     SearchFilters,
@@ -73,6 +74,9 @@ with needs_extra("asyncsearch.ray needs Ray Data", "ray"):
     import ray.data
     from ray.data.extensions import ArrowTensorArray
 
+if TYPE_CHECKING:
+    import aiohttp  # for an annotation only: the transport is the one module that uses it
+
 __all__ = [
     "EXTRACTION_SCHEMA",
     "ClientOptions",
@@ -96,7 +100,8 @@ class ClientOptions(TypedDict, total=False):
     own parameters, resolved differently by ``FetchExtractions`` and ``read_search``) and
     ``session`` and ``ssl``, left out because they cannot be sent to another process. An option
     not given is not passed, so the client's own default applies (``retry_budget``: a fresh
-    ``RetryBudget()`` per client; ``None`` turns it off).
+    ``RetryBudget()`` per client; ``None`` turns it off). A ``rate_limit`` is copied to each
+    process: each actor or read task gets a bucket of its own, so divide the quota among them.
     """
 
     base_id: str | None
@@ -108,6 +113,9 @@ class ClientOptions(TypedDict, total=False):
     max_connections: int
     headers: Mapping[str, str] | None
     trust_env: bool
+    proxy: str | None
+    proxy_auth: aiohttp.BasicAuth | None
+    rate_limit: RateLimit | None
     max_response_bytes: int
     allow_http: bool
     max_retry_after: float

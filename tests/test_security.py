@@ -60,9 +60,19 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return delays
 
 
-def make_client(server: RawServer | str, **options: Any) -> AsyncSearchClient:
+def make_client(server: RawServer | str, key: Any = API_KEY, **options: Any) -> AsyncSearchClient:
     base_url = server if isinstance(server, str) else server.base_url
-    return AsyncSearchClient(API_KEY, base_url=base_url, **options)
+    return AsyncSearchClient(key, base_url=base_url, **options)
+
+
+async def _async_key() -> str:
+    return API_KEY
+
+
+#: The key as a string, and as a sync and an async provider (api_key=): the same promises.
+KEYS = pytest.mark.parametrize(
+    "key", [API_KEY, lambda: API_KEY, _async_key], ids=["string", "sync_provider", "async_provider"]
+)
 
 
 def answer(raw: bytes | Callable[[RawRequest], bytes], *, keep_alive: bool = True) -> Respond:
@@ -502,8 +512,9 @@ def echo_key(request: RawRequest) -> str:
     return request.headers.get("x-api-key", "")
 
 
+@KEYS
 async def test_the_key_is_in_no_log_no_repr_and_no_error(
-    caplog: pytest.LogCaptureFixture, ca: trustme.CA
+    caplog: pytest.LogCaptureFixture, ca: trustme.CA, key: Any
 ) -> None:
     """Many failure kinds, the server echoing the key wherever it can; nothing shows it."""
     caplog.set_level(logging.DEBUG)  # the root logger: asyncsearch, aiohttp and asyncio
@@ -564,7 +575,7 @@ async def test_the_key_is_in_no_log_no_repr_and_no_error(
         options: dict[str, Any] = {"max_retries": 1, "timeout": Timeout(read=0.3)}
         statuses_and_bodies = ["401", "429", "500", "html", "schema", "utf8", "big", "away", "loop"]
         clients = {
-            name: make_client(base + f"/{name}", **options, max_response_bytes=20_000)
+            name: make_client(base + f"/{name}", key, **options, max_response_bytes=20_000)
             for name in [*statuses_and_bodies, "chunk", "cut", "drop", "ok", "pending"]
         }
         for name in statuses_and_bodies:
@@ -594,14 +605,14 @@ async def test_the_key_is_in_no_log_no_repr_and_no_error(
     # Failures that need no scripted server: refused, TLS, a connect that never completes.
     async with (
         raw_server(job_answer(), tls=server_tls(ca, "127.0.0.1")) as secure,
-        make_client(secure) as client,
+        make_client(secure, key) as client,
     ):
         await expect_error(client.search("x"))
-    async with make_client("http://127.0.0.1:9", max_retries=0) as client:
+    async with make_client("http://127.0.0.1:9", key, max_retries=0) as client:
         await expect_error(client.search("x"))
     with full_backlog() as port:
         options = {"timeout": Timeout(connect=0.2), "max_retries": 0}
-        async with make_client(f"http://127.0.0.1:{port}", **options) as client:
+        async with make_client(f"http://127.0.0.1:{port}", key, **options) as client:
             await expect_error(client.search("x"))
 
     kinds = {type(error).__name__ for error in errors}

@@ -1,0 +1,241 @@
+"""``RateLimit``: the token bucket with its clock held, and the client under it over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from asyncsearch import (
+    APITimeoutError,
+    AsyncSearchClient,
+    ConfigurationError,
+    RateLimit,
+    _call,
+    _concurrency,
+)
+
+from .conftest import API_KEY, JOB_ID, Handler, Server
+from .helpers import TIME_SCALE, held_connections
+from .test_call_options import ANSWERS, _kind
+
+Serve = Callable[[Handler], Awaitable[Server]]
+
+pytestmark = pytest.mark.timeout(30)
+
+BOUND = 10.0 * TIME_SCALE
+IDS = [f"00000000-0000-4000-8000-{n:012d}" for n in range(40)]
+
+
+class Clock:
+    """The bucket's clock, held: it moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    held = Clock()
+    monkeypatch.setattr(_concurrency, "_clock", held)
+    return held
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake_sleep(delay: float) -> None:
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(BOUND):
+        while not condition():  # noqa: ASYNC110 - the bucket has no event for it
+            await asyncio.sleep(0.001)
+
+
+def jobs(statuses: list[int] | None = None) -> Handler:
+    """Every request gets its answer (a job, a page), after the ``statuses`` given, in turn."""
+    queue = list(statuses or [])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if queue and (status := queue.pop(0)) != 200:
+            return web.json_response({"message": "no"}, status=status)
+        return web.Response(body=ANSWERS[_kind(request.path)], content_type="application/json")
+
+    return handler
+
+
+# -- the bucket, its clock held --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("per_second", "burst"),
+    [(0, 1), (-1, 1), (float("inf"), 1), (float("nan"), 1), ("5", 1), (True, 1), (5, 0), (5, 1.5)],
+)
+def test_its_arguments_are_checked(per_second: object, burst: object) -> None:
+    with pytest.raises(ConfigurationError):
+        RateLimit(per_second, burst=burst)  # type: ignore[arg-type]
+
+
+def test_a_client_refuses_what_is_not_a_rate_limit() -> None:
+    with pytest.raises(ConfigurationError, match=r"rate_limit must be an asyncsearch\.RateLimit"):
+        AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", rate_limit=20)  # type: ignore[arg-type]
+
+
+async def test_the_bucket_starts_full_and_fills_at_its_rate_up_to_its_burst(clock: Clock) -> None:
+    limit = RateLimit(per_second=20, burst=2)
+    assert repr(limit) == "RateLimit(per_second=20, burst=2)"
+    assert (limit.tokens, limit.waiting, limit.wait()) == (2, 0, 0)
+    await limit.take()
+    await limit.take()  # neither waits: the clock has not moved
+    assert limit.tokens == 0
+    assert limit.wait() == pytest.approx(0.05)
+    clock.now += 0.025
+    assert limit.tokens == pytest.approx(0.5)
+    assert limit.wait() == pytest.approx(0.025)
+    clock.now += 3600
+    assert limit.tokens == 2  # never more than burst
+
+
+async def test_a_wait_counts_the_attempts_waiting_before_it(clock: Clock) -> None:
+    limit = RateLimit(per_second=10, burst=1)
+    await limit.take()
+    first = asyncio.create_task(limit.take())
+    await until(lambda: limit.waiting == 1)
+    assert limit.wait() == pytest.approx(0.2)  # its turn comes after the waiting one's
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+
+
+async def test_a_cancelled_wait_takes_no_token_and_makes_none(clock: Clock) -> None:
+    limit = RateLimit(per_second=1, burst=1)
+    await limit.take()
+    head = asyncio.create_task(limit.take())  # sleeps for its token (a real second)
+    queued = asyncio.create_task(limit.take())  # waits in line behind it
+    await until(lambda: limit.waiting == 2)
+    queued.cancel()
+    await asyncio.gather(queued, return_exceptions=True)
+    assert limit.waiting == 1
+    head.cancel()
+    await asyncio.gather(head, return_exceptions=True)
+    assert (limit.waiting, limit.tokens) == (0, 0)  # none taken, none made
+    clock.now += 1
+    assert limit.tokens == 1  # the token of that second is still there, and one only
+    await limit.take()
+    assert limit.tokens == 0
+
+
+async def test_a_newcomer_waits_behind_the_waiting_ones(clock: Clock) -> None:
+    """First come, first served: a token freed while one waits is that one's."""
+    limit = RateLimit(per_second=1, burst=1)
+    await limit.take()
+    head = asyncio.create_task(limit.take())
+    await until(lambda: limit.waiting == 1)
+    clock.now += 1  # a token is there, for the waiting one, which sleeps on
+    newcomer = asyncio.create_task(limit.take())
+    await until(lambda: limit.waiting == 2)
+    assert limit.tokens == 1  # not taken by the newcomer
+    for task in (head, newcomer):
+        task.cancel()
+    await asyncio.gather(head, newcomer, return_exceptions=True)
+    assert (limit.waiting, limit.tokens) == (0, 1)
+
+
+# -- the client under a rate limit, over loopback --------------------------------------------
+
+
+async def test_every_attempt_takes_a_token_in_every_kind_of_call(
+    serve: Serve, clock: Clock
+) -> None:
+    """A retry, each page of a walk, each id of a bulk call, a direct call and a derived
+    client's call: one token each, from the one bucket they share."""
+    limit = RateLimit(per_second=1, burst=20)
+    server = await serve(jobs([500]))
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, rate_limit=limit) as client:
+        await client.get_extraction(JOB_ID)  # a 500, then its retry
+        assert limit.tokens == 18
+        await client.with_options(max_retries=0).get_extraction(JOB_ID)
+        assert limit.tokens == 17
+        await client.gather_extractions(IDS[:5], concurrency=2)
+        assert limit.tokens == 12
+        async for _ in client.search_pages("x", prefetch=False, max_pages=3):
+            pass
+        assert limit.tokens == 11  # the sample page has no more pages: one request
+    assert len(server.seen) == 9
+
+
+async def test_a_token_is_waited_for_before_a_connection_is_taken(
+    serve: Serve, clock: Clock
+) -> None:
+    limit = RateLimit(per_second=1, burst=1)
+    server = await serve(jobs())
+    options = {"rate_limit": limit, "max_connections": 1}
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, **options) as client:
+        await client.get_extraction(JOB_ID)
+        waiting = asyncio.create_task(client.get_extraction(JOB_ID))
+        await until(lambda: limit.waiting == 1)
+        pool = client._shared.transport.pool
+        assert pool is not None
+        assert pool.take()  # the one connection is free: the waiting attempt holds none
+        pool.release()
+        assert held_connections(client) == 0
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        assert (limit.waiting, limit.tokens) == (0, 0)
+    assert len(server.seen) == 1
+
+
+async def test_a_wait_past_the_deadline_is_not_begun(serve: Serve, clock: Clock) -> None:
+    limit = RateLimit(per_second=1, burst=1)
+    server = await serve(jobs())
+    options = {"rate_limit": limit, "deadline": 0.5}
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, **options) as client:
+        await client.get_extraction(JOB_ID)
+        with pytest.raises(APITimeoutError) as caught:
+            await client.get_extraction(JOB_ID)  # its token is a second away
+    error = caught.value
+    assert "deadline of 0.5s would pass" in str(error)
+    assert "RateLimit(per_second=1, burst=1)" in str(error)
+    assert error.retryable is False
+    assert error.attempts == 1
+    assert (limit.waiting, limit.tokens) == (0, 0)  # it never waited: no token taken
+    assert len(server.seen) == 1
+
+
+async def test_20_a_second_with_a_burst_of_2_holds_40_bulk_requests_to_the_rate(
+    serve: Serve,
+) -> None:
+    """Real time, lower bounds only: 40 requests need 38 tokens past the burst of 2, 1.9 s at
+    20 a second; no second of the server's log holds more than 2 + 20. Two clients made by
+    with_options share the one bucket."""
+    arrivals: list[float] = []
+    answer = jobs()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        arrivals.append(time.monotonic())
+        return await answer(request)
+
+    server = await serve(handler)
+    limit = RateLimit(per_second=20, burst=2)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, rate_limit=limit) as client:
+        other = client.with_options(max_retries=1)
+        assert other._shared.rate_limit is limit
+        started = time.monotonic()
+        async with asyncio.timeout(BOUND):
+            await asyncio.gather(
+                client.gather_extractions(IDS[:20], concurrency=16),
+                other.gather_extractions(IDS[20:], concurrency=16),
+            )
+        elapsed = time.monotonic() - started
+    assert len(arrivals) == 40
+    assert elapsed >= 1.9
+    busiest = max(sum(t <= u < t + 1.0 for u in arrivals) for t in arrivals)
+    assert busiest <= 22, busiest
