@@ -14,6 +14,7 @@ from __future__ import annotations
 # aiohttp runs on asyncio only: its futures are asyncio's. The one timed wait here (the pool's)
 # is anyio's, like every deadline, sleep and clock of the core.
 import asyncio
+import base64
 import contextlib
 import sys
 import time
@@ -210,7 +211,7 @@ class Transport:
             raise ConfigurationError("proxy cannot be given with session=, which has its own")
         if not isinstance(proxy_auth, aiohttp.BasicAuth | None) or (proxy_auth and not proxy):
             raise ConfigurationError("proxy_auth must be an aiohttp.BasicAuth, given with proxy=")
-        self._proxy, self._proxy_auth = _proxy_of(proxy, proxy_auth)
+        self._proxy, self._proxy_headers = _proxy_of(proxy, proxy_auth)
         self._session = session
         #: True when the session is this transport's own (no ``session=`` was passed).
         self.owns_session = session is None
@@ -261,7 +262,6 @@ class Transport:
                 # never carries state from an earlier answer (a caller's session keeps its own).
                 cookie_jar=aiohttp.DummyCookieJar(),
                 proxy=self._proxy,
-                proxy_auth=self._proxy_auth,
             )
         elif self._session.closed:
             raise ClientClosedError("the aiohttp session passed to the client is closed")
@@ -313,7 +313,9 @@ class Transport:
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
             # session.request) and ``elapsed`` start.
-            return await _follow_redirects(session, request, options, record=pool is not None)
+            return await _follow_redirects(
+                session, request, options, record=pool is not None, proxy=self._proxy_headers
+            )
         except Exception as exc:
             # Closed while in flight: the closing broke the attempt, whatever it raised then (an
             # answer that came, as a status error, is still that answer's).
@@ -329,7 +331,12 @@ class Transport:
 
 
 async def _follow_redirects(
-    session: aiohttp.ClientSession, request: Request[Any], options: Options, *, record: bool
+    session: aiohttp.ClientSession,
+    request: Request[Any],
+    options: Options,
+    *,
+    record: bool,
+    proxy: Mapping[str, str] | None = None,
 ) -> Response:
     """Send the attempt, following same-origin redirects, and read the final response.
 
@@ -338,6 +345,10 @@ async def _follow_redirects(
     """
     method, url, body = request.method, options.base_url + request.target, request.body
     headers = options.headers_without_body if body is None else options.headers_with_body
+    if proxy is not None and url.startswith("http:"):
+        # A plain-http request to the proxy carries its credentials itself: aiohttp sends
+        # proxy_headers only with the CONNECT of an https:// service's tunnel.
+        headers = {**headers, **proxy}
     timeout = options.timeout
     client_timeout = aiohttp.ClientTimeout(
         total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
@@ -358,6 +369,7 @@ async def _follow_redirects(
                 allow_redirects=False,
                 headers=headers,
                 ssl=options.ssl if options.ssl is not None else True,
+                proxy_headers=proxy,  # the proxy's credentials, when the client has a proxy
                 # None: a caller's session runs its own (a list here would replace them).
                 middlewares=None if wire is None else (wire.outer, *options.middlewares, wire),
             ) as resp:
@@ -400,18 +412,22 @@ async def _follow_redirects(
 
 def _proxy_of(
     proxy: object, auth: aiohttp.BasicAuth | None
-) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
-    """The proxy's URL and credentials: those in its URL move to the auth, where no error of
-    aiohttp quotes them. A proxy that is not an http(s) URL is refused without quoting it."""
+) -> tuple[yarl.URL | None, Mapping[str, str] | None]:
+    """The proxy's URL, and its credentials as the ``Proxy-Authorization`` header sent with each
+    request: those in its URL move there, where no error of aiohttp quotes them. (Made here, not
+    by aiohttp's ``BasicAuth`` or its ``proxy_auth``, both deprecated by aiohttp 3.14.) A proxy
+    that is not an http(s) URL is refused without quoting it."""
     try:
         url = None if proxy is None else yarl.URL(proxy)  # type: ignore[arg-type]  # checked
     except (TypeError, ValueError):
         url = yarl.URL()
     if url is not None and (url.scheme not in ("http", "https") or not url.host):
         raise ConfigurationError("proxy must be an http:// or https:// URL (a str or a yarl.URL)")
-    if url is None or url.user is None:
-        return url, auth
-    return url.with_user(None), auth or aiohttp.BasicAuth.from_url(url)
+    if url is not None and url.user is not None:
+        login, password, url = url.user, url.password or "", url.with_user(None)
+        credentials = base64.b64encode(f"{login}:{password}".encode()).decode()
+        return url, {"Proxy-Authorization": auth.encode() if auth else f"Basic {credentials}"}
+    return url, None if auth is None else {"Proxy-Authorization": auth.encode()}
 
 
 def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:

@@ -4,7 +4,9 @@ forward proxy on loopback (absolute-URI requests forwarded, ``CONNECT`` tunnelle
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -34,6 +36,19 @@ BOUND = 10.0 * TIME_SCALE
 #: A name that never resolves (RFC 6761): only the proxy knows where it is.
 SERVICE = "search.invalid"
 PASSWORD = "proxy-password-DO-NOT-LOG"
+
+
+def basic(login: str, password: str) -> str:
+    """The ``Proxy-Authorization`` value of Basic credentials (RFC 7617)."""
+    return "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+
+
+def basic_auth(login: str, password: str) -> aiohttp.BasicAuth:
+    """An ``aiohttp.BasicAuth``, which aiohttp 3.14 deprecates as it is made (a warning, so an
+    error in this suite): what a user passing ``proxy_auth=`` makes, whatever its aiohttp."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return aiohttp.BasicAuth(login, password)
 
 
 class ForwardProxy:
@@ -78,7 +93,7 @@ class ForwardProxy:
                 self.seen.append((line, headers))
                 method, target, _ = line.split(" ")
                 if self.password is not None and headers.get("Proxy-Authorization") != (
-                    aiohttp.BasicAuth("user", self.password).encode()
+                    basic("user", self.password)
                 ):
                     writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n")
                     writer.write(b"Content-Length: 0\r\n\r\n")
@@ -196,7 +211,7 @@ async def test_a_service_whose_name_does_not_resolve_is_reached_through_the_prox
 @pytest.mark.parametrize("way", ["proxy_auth", "in_the_url"])
 async def test_proxy_auth_reaches_the_proxy_as_proxy_authorization(serve: Serve, way: str) -> None:
     server = await serve(job)
-    auth = aiohttp.BasicAuth("user", PASSWORD)
+    auth = basic_auth("user", PASSWORD)
     async with ForwardProxy(port_of(server), password=PASSWORD) as proxy:
         options: dict[str, Any] = {"allow_http": True, "proxy": proxy.url, "proxy_auth": auth}
         if way == "in_the_url":
@@ -213,7 +228,7 @@ async def test_proxy_auth_reaches_the_proxy_as_proxy_authorization(serve: Serve,
 
 async def test_an_http_proxy_tunnels_to_an_https_service(ca: trustme.CA) -> None:
     """No allow_http: the service is https://, only the way to the proxy is plain."""
-    auth = aiohttp.BasicAuth("user", PASSWORD)
+    auth = basic_auth("user", PASSWORD)
     async with tls_service(ca) as port, ForwardProxy(port, password=PASSWORD) as proxy:
         options: dict[str, Any] = {"proxy": proxy.url, "proxy_auth": auth, "ssl": trusting(ca)}
         async with AsyncSearchClient(API_KEY, base_url=f"https://{SERVICE}", **options) as client:
@@ -240,7 +255,7 @@ async def test_a_proxy_refusing_the_credentials_shows_none_of_them(
                 if way == "auth":
                     options |= {
                         "proxy": proxy.url,
-                        "proxy_auth": aiohttp.BasicAuth("user", PASSWORD),
+                        "proxy_auth": basic_auth("user", PASSWORD),
                     }
                 else:
                     options["proxy"] = proxy.url.replace("http://", f"http://user:{PASSWORD}@")
@@ -251,14 +266,14 @@ async def test_a_proxy_refusing_the_credentials_shows_none_of_them(
                 text = everything_about(caught.value)
                 assert "407" in text
                 assert PASSWORD not in text
-                assert aiohttp.BasicAuth("user", PASSWORD).encode() not in text
+                assert basic("user", PASSWORD) not in text
 
 
 @pytest.mark.parametrize(
     ("options", "words"),
     [
         ({"proxy": "http://127.0.0.1:3128", "session": "S"}, "proxy cannot be given with session"),
-        ({"proxy_auth": aiohttp.BasicAuth("u", "p")}, "proxy_auth must be an aiohttp.BasicAuth"),
+        ({"proxy_auth": basic_auth("u", "p")}, "proxy_auth must be an aiohttp.BasicAuth"),
         ({"proxy": "http://127.0.0.1:1", "proxy_auth": ("u", "p")}, "proxy_auth must be"),
         ({"proxy": f"socks5://user:{PASSWORD}@127.0.0.1:1"}, "proxy must be an http"),
         ({"proxy": f"http://user:{PASSWORD}@[::1"}, "proxy must be an http"),
@@ -292,7 +307,7 @@ async def test_a_malformed_answer_through_the_proxy_shows_no_proxy_authorization
     """aiohttp's error keeps the request's headers (``request_info``), Proxy-Authorization among
     them: scrubbed like the key."""
     server = await serve(job)
-    auth = aiohttp.BasicAuth("user", PASSWORD)
+    auth = basic_auth("user", PASSWORD)
     async with ForwardProxy(port_of(server), password=PASSWORD, garbage=True) as proxy:
         options: dict[str, Any] = {"allow_http": True, "proxy": proxy.url, "proxy_auth": auth}
         options["max_retries"] = 0
