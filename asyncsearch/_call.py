@@ -308,43 +308,36 @@ class _Call(Generic[T]):
         policy = self.options.retry
         if self.attempts - self.rekeyed > policy.max_retries:  # the new key's attempt is free
             raise error
-        if retry_after is not None and retry_after > policy.max_retry_after:
-            error.retries_stopped = (
-                f"the server asked to wait {retry_after:.1f}s, more than max_retry_after="
+        delay = retry_after
+        if delay is not None and delay > policy.max_retry_after:
+            stopped = (
+                f"the server asked to wait {delay:.1f}s, more than max_retry_after="
                 f"{policy.max_retry_after:g}s"
             )
-            logger.info(
-                "%s %s: the server asked to wait %.1fs, more than max_retry_after=%.1fs; "
-                "not retrying",
-                self.request.method,
-                self.request.path,
-                retry_after,
-                policy.max_retry_after,
-            )
-            raise error
-        if retry_after is not None:
-            delay = retry_after
         else:
-            draw = self.shared.random.random if policy.jitter else lambda: 1.0
-            delay = protocol.backoff_delay(
-                self.attempts, base=policy.base, cap=policy.cap, random=draw
-            )
-        if self.end is not None and anyio.current_time() + delay >= self.end:
-            error.retries_stopped = (
-                f"the call's deadline of {self.options.deadline:g}s would pass before the next "
-                f"attempt (after a wait of {delay:.2f}s)"
-            )
-            raise error
-        budget = self.shared.retry_budget
-        timed_out = isinstance(error, APITimeoutError)
-        if budget is not None and not budget.try_acquire(after_timeout=timed_out):
-            logger.debug("retry budget exhausted (%s tokens left); not retrying", budget.tokens)
-            error.retries_stopped = (
-                f"the client's retry budget is spent ({self.attempts - 1} of max_retries="
-                f"{policy.max_retries} retries made; see RetryBudget)"
-            )
-            raise error
-        return delay
+            if delay is None:
+                draw = self.shared.random.random if policy.jitter else lambda: 1.0
+                delay = protocol.backoff_delay(
+                    self.attempts, base=policy.base, cap=policy.cap, random=draw
+                )
+            budget = self.shared.retry_budget
+            if self.end is not None and anyio.current_time() + delay >= self.end:
+                stopped = (
+                    f"the call's deadline of {self.options.deadline:g}s would pass before the "
+                    f"next attempt (after a wait of {delay:.2f}s)"
+                )
+            elif budget is None or budget.try_acquire(
+                after_timeout=isinstance(error, APITimeoutError)
+            ):
+                return delay
+            else:
+                stopped = (
+                    f"the client's retry budget is spent ({self.attempts - 1} of max_retries="
+                    f"{policy.max_retries} retries made; see RetryBudget)"
+                )
+        error.retries_stopped = stopped
+        logger.info("%s %s: not retrying: %s", self.request.method, self.request.path, stopped)
+        raise error
 
 
 def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from ._errors import AsyncSearchError, ConfigurationError, InvalidRequestError
@@ -17,7 +18,7 @@ def check_number(
     integer: bool = True,
     error: type[AsyncSearchError] = InvalidRequestError,
 ) -> Any:
-    """``value``, an integer (any number unless ``integer``) from ``minimum`` to ``maximum``.
+    """``value``, an integer (a finite number unless ``integer``) from ``minimum`` to ``maximum``.
 
     Else ``error`` (a bool is not a number here, and NaN is below every ``minimum``).
     """
@@ -27,6 +28,18 @@ def check_number(
         raise error(f"{name} must be at least {minimum:g}, got {value!r}")
     if maximum is not None and value > maximum:
         raise error(f"{name} must be at most {maximum:g}, got {value!r}")
+    if value == math.inf:
+        raise error(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def check_positive(name: str, value: object, *, unit: str = " of seconds", also: str = "") -> Any:
+    """``value`` if it is a positive finite number; else ``ConfigurationError`` saying so, with
+    the ``unit`` and what else the option takes (``also``: " or None")."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigurationError(
+            f"{name} must be a positive finite number{unit}{also}, got {value!r}"
+        )
     return value
 
 

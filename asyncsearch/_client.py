@@ -52,6 +52,7 @@ from ._concurrency import (
     Outcome,
     RateLimit,
     RetryBudget,
+    check_items,
     limited_fan_out,
 )
 from ._config import (
@@ -408,19 +409,6 @@ def _not_sent(refused: APIStatusError) -> APIStatusError:
     error = type(refused)(message, **{name: getattr(refused, name) for name in same})
     error.__cause__ = refused
     return error
-
-
-def _check_job_ids(job_ids: object) -> None:
-    """Refuse, before anything is sent, what is not many ids: above all a single id string."""
-    if isinstance(job_ids, str | bytes | bytearray | memoryview | uuid.UUID):
-        raise InvalidRequestError(
-            "job_ids must be an iterable of ids (a list, a set, a generator or an async "
-            f"iterable), not a single {type(job_ids).__name__}: pass [job_id] for one id"
-        )
-    if not isinstance(job_ids, Iterable | AsyncIterable):
-        raise InvalidRequestError(
-            f"job_ids must be an iterable or an async iterable of ids, not {type(job_ids).__name__}"
-        )
 
 
 _SESSION_MIDDLEWARES = (
@@ -813,7 +801,7 @@ class AsyncSearchClient(AsyncClosing):
         fan: tuple[bool, Callable[[int, int | None], object] | None],
     ) -> ExtractionResults[Id]:
         """The results of a bulk call: ``get_extraction`` of every id, under one span."""
-        _check_job_ids(job_ids)
+        check_items(job_ids, "job_ids")
         call = self._call(name, options)
         protocol.check_extraction_format(format)
         check_number("concurrency", concurrency, minimum=1)

@@ -35,7 +35,7 @@ from typing import Any, Generic, Self, TypeVar, cast
 import anyio
 import msgspec
 
-from asyncsearch._checks import check_number, running_loop
+from asyncsearch._checks import check_number, check_positive, running_loop
 from asyncsearch._errors import ConfigurationError, InvalidRequestError
 
 T = TypeVar("T")
@@ -187,23 +187,25 @@ def limited_fan_out(
     """
     if not callable(func):
         raise InvalidRequestError("func must be callable")
-    if isinstance(items, str | bytes | bytearray | memoryview):
-        # Iterable, but almost always one value passed where many were meant: calling func on
-        # every character (or every byte, as an int) would be a silent surprise.
-        raise InvalidRequestError(
-            f"items must be an iterable of items, not a single {type(items).__name__} "
-            "(pass [value] for one item)"
-        )
-    if not isinstance(items, AsyncIterable | Iterable):
-        raise InvalidRequestError(
-            f"items must be an iterable or an async iterable, not {type(items).__name__}"
-        )
+    check_items(items)
     if on_progress is not None and not callable(on_progress):
         raise InvalidRequestError("on_progress must be callable or None")
     stops = stop_on if isinstance(stop_on, tuple) else (stop_on,)
     if not all(isinstance(kind, type) and issubclass(kind, Exception) for kind in stops):
         raise InvalidRequestError("stop_on must be an exception type or a tuple of them")
     return FanOut(_FanOutRun(func, items, limit, bool(ordered), on_progress, stops))
+
+
+def check_items(items: object, name: str = "items") -> None:
+    """Refuse, with ``InvalidRequestError``, what is not many items: above all a single one."""
+    # A str or bytes is iterable, but almost always one value passed where many were meant:
+    # calling func on every character (or every byte, as an int) would be a silent surprise.
+    single = isinstance(items, str | bytes | bytearray | memoryview)
+    if single or not isinstance(items, AsyncIterable | Iterable):
+        raise InvalidRequestError(
+            f"{name} must be an iterable or an async iterable (a list, a set, a generator), not "
+            f"a single {type(items).__name__}: put one in a list ([value])"
+        )
 
 
 async def _async_items(items: Iterable[T]) -> AsyncIterator[T]:
@@ -726,10 +728,7 @@ class RateLimit:
     """
 
     def __init__(self, per_second: float, *, burst: int = 1) -> None:
-        check_number("per_second", per_second, minimum=0, integer=False, error=ConfigurationError)
-        if not 0 < per_second < math.inf:
-            raise ConfigurationError(f"per_second must be above 0 and finite, got {per_second!r}")
-        self.per_second: float = per_second
+        self.per_second: float = check_positive("per_second", per_second, unit="")
         self.burst: int = check_number("burst", burst, minimum=1, error=ConfigurationError)
         #: How many attempts wait for a token now.
         self.waiting = 0

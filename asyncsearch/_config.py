@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
 from . import _protocol as protocol
-from ._checks import check_number
+from ._checks import check_number, check_positive
 from ._errors import AsyncSearchError, ConfigurationError
 from ._tracing import ENV_TRACE_CONTENT, Tracing
 
@@ -60,12 +60,8 @@ class Timeout:
 
     def __post_init__(self) -> None:
         for name in ("connect", "read", "total", "pool"):
-            value = getattr(self, name)
-            if value is not None and not _is_seconds(value):
-                raise ConfigurationError(
-                    f"Timeout.{name} must be a positive finite number of seconds or None, "
-                    f"got {value!r}"
-                )
+            if (value := getattr(self, name)) is not None:
+                check_positive(f"Timeout.{name}", value, also=" or None")
 
     @classmethod
     def coerce(cls, value: Timeout | float | NotGiven | None) -> Timeout:
@@ -80,13 +76,9 @@ class Timeout:
             return NO_TIMEOUT
         if isinstance(value, Timeout):
             return value
-        if not _is_seconds(value):
-            # Checked here, so that the message names what was passed, not the limit of
-            # Timeout that the number would have become.
-            raise ConfigurationError(
-                "timeout must be a positive finite number of seconds, an asyncsearch.Timeout "
-                f"or None, got {value!r}"
-            )
+        # Checked here, so that the message names what was passed, not the limit of Timeout
+        # that the number would have become.
+        check_positive("timeout", value, also=", an asyncsearch.Timeout or None")
         # A single number bounds the attempt; no other limit may exceed it.
         return cls(
             connect=min(DEFAULT_TIMEOUT.connect or value, value),
@@ -94,16 +86,6 @@ class Timeout:
             total=value,
             pool=min(DEFAULT_TIMEOUT.pool or value, value),
         )
-
-
-def _is_seconds(value: object) -> bool:
-    """Whether ``value`` is a positive finite number (a bool is not a number here)."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
 
 
 DEFAULT_TIMEOUT: Final = Timeout()
@@ -155,11 +137,9 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         check_number("max_retries", self.max_retries, minimum=0, error=ConfigurationError)
         for name in ("base", "cap", "max_retry_after"):
-            value = check_number(
+            check_number(
                 name, getattr(self, name), minimum=0, integer=False, error=ConfigurationError
             )
-            if value == math.inf:
-                raise ConfigurationError(f"{name} must be finite, got {value!r}")
         statuses: object = self.statuses
         if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
             raise ConfigurationError(f"statuses must be a set of HTTP statuses, got {statuses!r}")
@@ -444,10 +424,8 @@ def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -
             if not isinstance(value, RetryPolicy):
                 raise ConfigurationError(f"retry must be an asyncsearch.RetryPolicy, got {value!r}")
         case "deadline":
-            if value is not None and not _is_seconds(value):
-                raise ConfigurationError(
-                    f"deadline must be a positive finite number of seconds or None, got {value!r}"
-                )
+            if value is not None:
+                check_positive(name, value, also=" or None")
         case "middlewares" | "extra_middlewares":
             if isinstance(value, str | bytes) or not isinstance(value, Sequence):
                 raise ConfigurationError("middlewares must be a sequence of aiohttp middlewares")

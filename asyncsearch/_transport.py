@@ -94,9 +94,8 @@ class _Pool:
         return False
 
     async def acquire(self, limit: float | None) -> None:
-        """Take a free connection, waiting at most ``limit`` seconds (``None``: no limit)."""
-        if self.take():
-            return
+        """Wait (``take()`` having failed) for a connection, at most ``limit`` seconds (``None``:
+        no limit)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
