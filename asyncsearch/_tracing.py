@@ -248,13 +248,8 @@ class _Recording(_Timed):
         return _trace.set_span_in_context(self._span)  # type: ignore[no-any-return]
 
     def answered(self, answer: Answer) -> None:
-        if self._ended:
-            return
-        self._span.set_attribute("http.response.status_code", answer.status_code)
-        self._span.set_attribute("asyncsearch.attempts", answer.attempts)
-        request_id = answer.request_id
-        if request_id is not None:
-            self._span.set_attribute("asyncsearch.request_id", request_id)
+        if not self._ended:
+            _outcome(self._span, answer)
 
     def retry(self, attempt: int, delay: float, reason: str) -> None:
         if self._ended:
@@ -279,16 +274,7 @@ class _Recording(_Timed):
     def _finish(self, error: BaseException | None) -> None:
         span = self._span
         if error is not None:
-            # Only names and numbers: a message may quote what the caller sent.
-            attempts = getattr(error, "attempts", None)
-            if attempts is not None:
-                span.set_attribute("asyncsearch.attempts", attempts)
-            status_code = getattr(error, "status_code", None)
-            if isinstance(status_code, int):
-                span.set_attribute("http.response.status_code", status_code)
-            request_id = getattr(error, "request_id", None)
-            if isinstance(request_id, str):
-                span.set_attribute("asyncsearch.request_id", request_id)
+            _outcome(span, error)  # only names and numbers: a message may quote what was sent
             if isinstance(error, Exception):
                 span.set_attribute("error.type", error_type(error))
                 span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__qualname__))
@@ -297,6 +283,22 @@ class _Recording(_Timed):
                 span.set_attribute("asyncsearch.cancelled", True)
         span.end(self._end_time)
         self._record(error)
+
+
+#: What a span reads of an answer or an error: (attribute, the span's attribute, its type).
+_OUTCOME = (
+    ("attempts", "asyncsearch.attempts", int),
+    ("status_code", "http.response.status_code", int),
+    ("request_id", "asyncsearch.request_id", str),
+)
+
+
+def _outcome(span: Span, outcome: object) -> None:
+    """Set the attempts, status and request id an answer or an error has (of the right type)."""
+    for name, key, kind in _OUTCOME:
+        value = getattr(outcome, name, None)
+        if isinstance(value, kind):
+            span.set_attribute(key, value)
 
 
 class Tracing:
