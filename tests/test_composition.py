@@ -531,27 +531,58 @@ async def answer(request: web.Request, body: bytes, how: str) -> web.StreamRespo
 # -- counting connections ----------------------------------------------------------------------
 
 
+class _Counted:
+    """One connection the proxy counts, and the order of what the proxy saw of it: each mark is
+    the proxy's event count (``CountingProxy.events``) when it happened."""
+
+    def __init__(self, number: int, before: list[_Counted]) -> None:
+        self.number = number
+        #: The earlier connections not yet seen to end when this one was accepted.
+        self.before = before
+        #: Seen to end: the client's EOF or reset read, or the proxy closing it (after the server
+        #: ended it, or at the end).
+        self.ended: int | None = None
+        #: The client's first bytes (a request) read, and its last ones.
+        self.first_data: int | None = None
+        self.last_data: int | None = None
+        #: The server's first answer to it (its first bytes or its end): the request went
+        #: through the proxy and the server.
+        self.replied: int | None = None
+        #: The earlier connections not seen to end when its first request was read.
+        self.open_at_start: list[_Counted] = []
+
+
 class CountingProxy:
     """A plain TCP proxy in front of the server: it sees every connection the client opens.
 
-    A connection counts from its accept until either side ends it. When a new one takes the
-    count past the pool, the connections the client has closed already get a few loop turns to
-    show their end (the client closes a socket one turn after it lets the connection go, and it
-    may open the next one in between); only those still open after that count as overlapping.
+    A connection counts from its accept until it is seen to end: the client's EOF (or reset)
+    read, or the proxy closing it. Overlaps are decided by order, not by time or loop turns.
+    Every connection is read from its accept on, so that its end is seen as soon as it is in the
+    proxy's socket (the loop reports every ready socket on each turn); a client that closed a
+    connection before it opened the next one put its EOF there before the next one's SYN, so it
+    is seen before the next one's first request is read, and long before that request's answer
+    comes back from the server. Once every connection has ended (``overlaps``), an earlier
+    connection not seen to end when a new one's first request was read overlaps it if it then
+    still sent data, was still not seen to end when the server answered the new one, or never
+    ended: past the pool, that is too many connections open at once.
     """
 
     def __init__(self, backend_port: int, limit: int) -> None:
         self.backend_port = backend_port
         self.limit = limit
-        self.open: set[int] = set()
-        self.opened = 0
-        self.violations: list[str] = []
+        self.open: dict[int, _Counted] = {}
+        self.counted: list[_Counted] = []
+        self.events = 0
         self.idle = asyncio.Event()
         self.idle.set()
         self.writers: set[asyncio.StreamWriter] = set()
         self.handlers: set[asyncio.Task[Any]] = set()
         self.server: asyncio.Server | None = None
         self.port = 0
+
+    def mark(self) -> int:
+        self.events += 1
+        return self.events
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self.connection, "127.0.0.1", 0)
@@ -561,26 +592,27 @@ class CountingProxy:
         task = asyncio.current_task()
         assert task is not None
         self.handlers.add(task)
-        number = self.opened
-        self.opened += 1
-        before = set(self.open)
-        self.open.add(number)
+        before = [c for c in self.open.values() if c.ended is None]
+        counted = _Counted(len(self.counted), before)
+        self.counted.append(counted)
+        self.open[counted.number] = counted
         self.idle.clear()
         self.writers.add(writer)
         upstream: asyncio.StreamWriter | None = None
+        # What the client sends is read from the accept on, and queued until the server's
+        # connection is open.
+        chunks: asyncio.Queue[bytes] = asyncio.Queue()
+        reading = asyncio.create_task(
+            self.read_client(reader, chunks, counted), name="composition.proxy.pipe"
+        )
         try:
-            if len(self.open) > self.limit:
-                await turns(20)
-                overlapping = (before & self.open) | ({number} & self.open)
-                if len(overlapping) > self.limit:
-                    self.violations.append(
-                        f"{len(overlapping)} connections open at once on a pool of {self.limit}"
-                    )
             up_reader, upstream = await asyncio.open_connection("127.0.0.1", self.backend_port)
             self.writers.add(upstream)
             pipes = [
-                asyncio.create_task(_pipe(reader, upstream), name="composition.proxy.pipe"),
-                asyncio.create_task(_pipe(up_reader, writer), name="composition.proxy.pipe"),
+                asyncio.create_task(_forward(chunks, upstream), name="composition.proxy.pipe"),
+                asyncio.create_task(
+                    self.answer(up_reader, writer, counted), name="composition.proxy.pipe"
+                ),
             ]
             try:
                 await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
@@ -591,14 +623,73 @@ class CountingProxy:
         except OSError:
             pass
         finally:
+            if counted.ended is None:
+                counted.ended = self.mark()
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
             for end in (writer, upstream):
                 if end is not None:
                     end.close()
                     self.writers.discard(end)
-            self.open.discard(number)
+            del self.open[counted.number]
             if not self.open:
                 self.idle.set()
             self.handlers.discard(task)
+
+    async def read_client(
+        self, reader: asyncio.StreamReader, chunks: asyncio.Queue[bytes], counted: _Counted
+    ) -> None:
+        """Queue what the client sends, marking when; it ends when the client ends it."""
+        try:
+            while data := await reader.read(65536):
+                counted.last_data = self.mark()
+                if counted.first_data is None:
+                    counted.first_data = counted.last_data
+                    counted.open_at_start = [c for c in counted.before if c.ended is None]
+                chunks.put_nowait(data)
+        except OSError:
+            pass
+        finally:
+            if counted.ended is None:
+                counted.ended = self.mark()
+            chunks.put_nowait(b"")
+
+    async def answer(
+        self, source: asyncio.StreamReader, target: asyncio.StreamWriter, counted: _Counted
+    ) -> None:
+        """Copy the server's answers to the client, marking the first one (or its end)."""
+        try:
+            while data := await source.read(65536):
+                if counted.replied is None:
+                    counted.replied = self.mark()
+                target.write(data)
+                await target.drain()
+        except OSError:
+            pass
+        if counted.replied is None:
+            counted.replied = self.mark()
+
+    def overlaps(self) -> list[str]:
+        """Connections open at once past the pool, decided once every connection has ended."""
+        found = []
+        for counted in self.counted:
+            start, replied = counted.first_data, counted.replied
+            if start is None or len(counted.open_at_start) < self.limit:
+                continue
+            still = [
+                earlier.number
+                for earlier in counted.open_at_start
+                if earlier.ended is None
+                or (earlier.last_data is not None and earlier.last_data > start)
+                or (replied is not None and earlier.ended > replied)
+            ]
+            if len(still) >= self.limit:
+                found.append(
+                    f"{len(still) + 1} connections open at once on a pool of {self.limit}: "
+                    f"{', '.join(map(str, still))} still open once connection {counted.number} "
+                    "carried a request (sent more, or ended only after its answer, or never)"
+                )
+        return found
 
     async def stop(self) -> None:
         for writer in list(self.writers):
@@ -610,9 +701,9 @@ class CountingProxy:
             await asyncio.wait(self.handlers, timeout=CLOSE_BOUND)
 
 
-async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+async def _forward(chunks: asyncio.Queue[bytes], target: asyncio.StreamWriter) -> None:
     try:
-        while data := await source.read(65536):
+        while data := await chunks.get():
             target.write(data)
             await target.drain()
     except OSError:
@@ -850,7 +941,7 @@ class Example:
             await proxy.stop()
             await self.service.stop()
             refuser.close()
-        self.violations.extend(proxy.violations)
+        self.violations.extend(proxy.overlaps())
         await turns(5)
         left = [t.get_name() for t in asyncio.all_tasks() - before if not t.done()]
         if left:
