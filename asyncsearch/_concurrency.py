@@ -5,8 +5,9 @@ paging methods:
 
 - ``fan_out(func, items)`` calls an async function for every item with bounded concurrency and
   bounded memory, yielding one ``Outcome`` per item (errors are captured, never raised).
-- ``AdaptiveConcurrency`` is an AIMD limit on calls in flight with a shared pause, for backing off
-  when the service says it is overloaded.
+- ``Slots`` is a number of slots taken first come, first served (the transport's pool of
+  connections is one); ``AdaptiveConcurrency`` is one whose number moves: an AIMD limit on
+  calls in flight with a shared pause, for backing off when the service says it is overloaded.
 - ``RetryBudget`` is a token bucket that caps how much retrying a client may do, in the manner of
   the AWS SDKs' "standard" retry mode.
 - ``RateLimit`` is a token bucket of requests per second that every attempt waits for.
@@ -502,10 +503,81 @@ class FanOut(AsyncClosing, Generic[T, R]):
 
 
 # --------------------------------------------------------------------------------------------
-# AdaptiveConcurrency
+# Slots and AdaptiveConcurrency
 
 
-class AdaptiveConcurrency:
+class Slots:
+    """A number of slots, taken first come, first served: ``take()`` one that is free now, else
+    ``await acquire()`` one; ``release()`` gives it back.
+
+    A slot given back goes straight to the task first in line, counted for it before it wakes,
+    so that a task arriving meanwhile never takes it first; a task cancelled as it is handed one
+    hands it on. ``close(error)`` ends every wait with ``error()``. The transport's pool of
+    connections is one; ``AdaptiveConcurrency`` is one whose number of slots moves. Use it from
+    one event loop only.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.limit = size  # how many slots there are: read per call
+        self.in_flight = 0  # slots held right now
+        # asyncio futures, not anyio events: a wake-up carries "you have it" or the error of
+        # close(), and a waiter woken while it is being cancelled hands its slot on.
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _free(self) -> int:
+        return self.limit - self.in_flight
+
+    def take(self) -> bool:
+        """Take a slot if one is free now and nobody waits for one (the usual case): no await."""
+        if self._waiters or self._free() <= 0:
+            return False
+        self.in_flight += 1
+        return True
+
+    async def acquire(self) -> None:
+        """Wait in line for a slot: the one to call after ``take()`` found none."""
+        waiter = running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._give_back()  # handed one as it stopped waiting: on to the next in line
+            else:
+                with contextlib.suppress(ValueError):  # still in line
+                    self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Give back a slot: to the task first in line, if one waits."""
+        self._give_back()
+
+    def _give_back(self) -> None:
+        if self.in_flight <= 0:
+            raise RuntimeError("a slot was given back more often than taken")
+        self.in_flight -= 1
+        if self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Hand the free slots to the tasks first in line."""
+        free = self._free()
+        while free > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+                free -= 1
+
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """End every wait with an ``error()`` of its own."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error())
+
+
+class AdaptiveConcurrency(Slots):
     """An AIMD limit on calls in flight, like TCP's congestion window, plus a shared pause.
 
     The limit starts at ``maximum``. Each success adds ``increase_step / limit`` (so about
@@ -536,18 +608,16 @@ class AdaptiveConcurrency:
     ) -> None:
         check_number("maximum", maximum, minimum=1, error=ConfigurationError)
         check_number("minimum", minimum, minimum=1, maximum=maximum, error=ConfigurationError)
+        super().__init__(maximum)  # the limit on calls in flight: int(_window), kept with it
         self.maximum = maximum  # the highest the limit goes
         self._minimum = minimum
         self._decrease_factor = float(decrease_factor)
         self._increase_step = float(increase_step)
         self._window = float(maximum)
-        self.limit = maximum  # on calls in flight: int(_window), kept with it: read per call
-        self.in_flight = 0  # slots held right now
         self._paused_until = 0.0  # in anyio's clock (the loop's)
         self._ignore_signals = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
         self.window = sys.maxsize  # no bound unless a fan-out sets one
-        self._started = 0  # slots taken and not yet taken() by the consumer
+        self._unconsumed = 0  # calls given back whose outcome the consumer has not taken()
 
     @property
     def paused_for(self) -> float:
@@ -562,7 +632,7 @@ class AdaptiveConcurrency:
             return  # the usual case in a bulk fetch: nothing to grow, nobody to wake
         self._window = min(float(self.maximum), self._window + self._increase_step / self._window)
         self.limit = int(self._window)  # never below minimum: on_overload keeps _window above it
-        self._wake()  # wakes nobody unless the limit grew: waiters wait for a slot to be free
+        self._wake()  # hands out nothing unless the limit grew
 
     def on_overload(self) -> None:
         """Record an overload answer (429, 503): shrink the limit, once per window."""
@@ -583,68 +653,47 @@ class AdaptiveConcurrency:
             self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
 
     def take(self) -> bool:
-        """Take a slot if one is free now and nobody waits for one (the usual case): no await."""
+        """Take a slot if no pause is on, one is free now and nobody waits for one: no await."""
         if self._paused_until or self._waiters or self._free() <= 0:
             return False
         self.in_flight += 1
-        self._started += 1
         return True
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
-        loop = running_loop()  # under trio: the typed error every call promises
-        woken = False
-        while True:
-            if self._paused_until:  # read per call: the clock only while a pause may be on
-                if (delay := self._paused_until - anyio.current_time()) > 0:
-                    # A pause extended meanwhile is seen when the loop checks again.
-                    await anyio.sleep(delay)
-                    continue
-                self._paused_until = 0.0
-            # First come, first served: a newcomer does not take a slot from those in line.
-            if self._free() > 0 and (woken or not self._waiters):
-                self.in_flight += 1
-                self._started += 1
-                return
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
+        running_loop()  # under trio: the typed error every call promises
+        await self._pause_over()
+        if not self.take():
+            await super().acquire()
             try:
-                await waiter
-                woken = True
+                await self._pause_over()  # one that began while it waited in line
             except BaseException:
-                with contextlib.suppress(ValueError):  # still in line: not woken
-                    self._waiters.remove(waiter)
-                self._wake()  # woken but leaving: the wake-up is handed on, the slot not lost
+                self.release(taken=True)
                 raise
 
+    async def _pause_over(self) -> None:
+        while self._paused_until:  # read per call: the clock only while a pause may be on
+            if (delay := self._paused_until - anyio.current_time()) > 0:
+                await anyio.sleep(delay)  # a pause extended meanwhile is seen next time round
+            else:
+                self._paused_until = 0.0
+
     def release(self, *, taken: bool = False) -> None:
-        """Give back a slot taken by ``acquire()``; ``taken``: its outcome needs no room."""
-        if self.in_flight <= 0:
-            raise RuntimeError("release() called more often than acquire()")
-        self.in_flight -= 1
-        if taken:
-            self._started -= 1
-        if self._waiters:
-            self._wake()
+        """Give back a slot; ``taken``: its call has no outcome for the consumer to take."""
+        if not taken:
+            self._unconsumed += 1
+        self._give_back()
 
     def taken(self) -> None:
         """Record an outcome the consumer took: room for one more call in the window."""
-        self._started -= 1
+        self._unconsumed -= 1
         if self._waiters:
             self._wake()
 
     def _free(self) -> int:
         free = self.limit - self.in_flight
-        room = self.window - self._started
+        room = self.window - self.in_flight - self._unconsumed
         return free if free < room else room  # not min(): this runs per call, min() costs more
-
-    def _wake(self) -> None:
-        free = self._free()
-        while free > 0 and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                free -= 1
 
 
 # --------------------------------------------------------------------------------------------

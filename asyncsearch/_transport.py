@@ -1,7 +1,8 @@
 """The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
 
-One attempt means: take a free connection of the pool (``_Pool``: a direct call waits at most
-``Timeout.pool``, a bulk call without a limit), send the request, follow same-origin redirects
+One attempt means: take a free connection of the pool (``_concurrency.Slots``, the concurrency
+layer's one first-come-first-served count, which knows nothing of aiohttp: a direct call waits at
+most ``Timeout.pool``, a bulk call without a limit), send the request, follow same-origin redirects
 (never carrying the key anywhere else), read the whole body under ``max_response_bytes`` and hand
 back a ``Response`` value. What happened on the wire is recorded where it happens, by the SDK's
 own innermost aiohttp middleware (``_Wire``), and read from there: whether the request went out,
@@ -15,11 +16,9 @@ from __future__ import annotations
 # is anyio's, like every deadline, sleep and clock of the core.
 import asyncio
 import base64
-import contextlib
 import sys
 import time
 import zlib
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from aiohttp import http_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._checks import running_loop
+from ._concurrency import Slots
 from ._config import Options
 from ._errors import (
     APIConnectionError,
@@ -65,72 +65,6 @@ _SESSION_INFLATES = frozenset({"gzip", "deflate", "br", "zstd"})
 _SessionInflateLimitError: type[Exception] | tuple[()] = getattr(
     http_exceptions, "DecompressSizeError", ()
 )
-
-
-class _Pool:
-    """The pool's free connections: a request holds one only while it is on the wire.
-
-    As in httpcore's pool, waiting for a connection happens here, inside the attempt, first come
-    first served: a direct call waits at most ``Timeout.pool`` (``PoolTimeoutError``), a bulk
-    call without a limit but its deadline (which cancels the wait); closing the client ends every
-    wait (``ClientClosedError``). aiohttp's connector has the same limit, so it never queues:
-    its own queue would count against ``connect`` and ``total``.
-    """
-
-    __slots__ = ("_free", "_waiters", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._free = size
-        # asyncio futures, not anyio events: a wake-up must carry "you have it" or "closed", and
-        # a waiter woken while it is being cancelled hands its connection on (see acquire).
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def take(self) -> bool:
-        """Take a free connection if one is free and nobody waits (the usual case): no await."""
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return True
-        return False
-
-    async def acquire(self, limit: float | None) -> None:
-        """Wait (``take()`` having failed) for a connection, at most ``limit`` seconds (``None``:
-        no limit)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            with anyio.fail_after(limit):
-                await waiter
-        except BaseException as exc:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self.release()  # given one as it stopped waiting: it goes to the next in line
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-            if isinstance(exc, TimeoutError):
-                raise PoolTimeoutError(
-                    f"no connection of the pool (max_connections={self.size}) became free within "
-                    f"Timeout.pool={limit:g}s; the request was not sent. Send fewer requests at "
-                    "once, or raise max_connections or Timeout.pool"
-                ) from None
-            raise
-
-    def release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
-
-    def close(self) -> None:
-        """End every wait with ``ClientClosedError``."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(
-                    ClientClosedError("the client was closed while the request waited")
-                )
 
 
 class _Wire:
@@ -220,7 +154,7 @@ class Transport:
         self._closed = False
         # The pool's free connections when this transport owns the session; None for a caller's
         # session, which keeps its own limits (aiohttp queues in its connector then).
-        self.pool = _Pool(max_connections) if session is None else None
+        self.pool = Slots(max_connections) if session is None else None
 
     @property
     def closed(self) -> bool:
@@ -233,7 +167,7 @@ class Transport:
     def pool_size(self) -> int | None:
         """How many requests this transport sends at once at most; None when unbounded."""
         if self.pool is not None:
-            return self.pool.size
+            return self.pool.limit
         connector = None if self._session is None else self._session.connector
         limits = [n for n in (connector.limit, connector.limit_per_host) if n] if connector else []
         return min(limits, default=None)
@@ -284,7 +218,9 @@ class Transport:
         self._closed = True
         self._session = None
         if self.pool is not None:
-            self.pool.close()
+            self.pool.close(
+                lambda: ClientClosedError("the client was closed while the request waited")
+            )
         if session is not None:
             await session.close()  # does nothing when it is closed already
 
@@ -308,7 +244,7 @@ class Transport:
         session = self._get_session()
         pool = self.pool
         if pool is not None and not pool.take():
-            await pool.acquire(None if bulk else options.timeout.pool)
+            await _wait_for(pool, None if bulk else options.timeout.pool)
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
             # session.request) and ``elapsed`` start.
@@ -327,6 +263,26 @@ class Transport:
         finally:
             if pool is not None:
                 pool.release()
+
+
+async def _wait_for(pool: Slots, limit: float | None) -> None:
+    """Wait in line for a connection of the pool, at most ``limit`` seconds (``None``: no limit).
+
+    As in httpcore's pool, waiting for a connection happens inside the attempt: a direct call
+    waits at most ``Timeout.pool``, a bulk call without a limit but its deadline (which cancels
+    the wait); closing the client ends every wait (``ClientClosedError``). aiohttp's connector
+    has the same limit, so it never queues: its own queue would count against ``connect`` and
+    ``total``.
+    """
+    try:
+        with anyio.fail_after(limit):
+            await pool.acquire()
+    except TimeoutError:
+        raise PoolTimeoutError(
+            f"no connection of the pool (max_connections={pool.limit}) became free within "
+            f"Timeout.pool={limit:g}s; the request was not sent. Send fewer requests at once, "
+            "or raise max_connections or Timeout.pool"
+        ) from None
 
 
 async def _follow_redirects(

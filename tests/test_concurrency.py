@@ -1068,6 +1068,24 @@ async def test_acquire_waits_for_a_free_slot_and_a_cancelled_waiter_loses_nothin
     assert c.in_flight == 1
 
 
+async def test_a_pause_that_begins_while_a_call_waits_in_line_holds_it_back() -> None:
+    # A slot handed to the first in line while a pause is on: the call waits the pause out
+    # holding it, and a call cancelled then gives it back.
+    c = AdaptiveConcurrency(1)
+    await c.acquire()
+    waiter = asyncio.ensure_future(c.acquire())
+    await turns(3)
+    c.pause(3600)  # the service asked everyone to wait, after the call got in line
+    c.release()
+    await turns(5)
+    assert not waiter.done()  # handed the slot, but the pause is on
+    assert c.in_flight == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert c.in_flight == 0  # the slot it held through the pause is back
+
+
 async def test_a_higher_limit_wakes_waiters() -> None:
     c = AdaptiveConcurrency(2, increase_step=0.25)
     c.on_overload()

@@ -25,7 +25,8 @@ from asyncsearch import (
     Timeout,
     _call,
 )
-from asyncsearch._transport import _Pool
+from asyncsearch._concurrency import Slots
+from asyncsearch._transport import Transport, _wait_for
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
 from .helpers import TIME_SCALE, ThreadedServer, turns
@@ -372,12 +373,18 @@ async def test_a_stalled_answer_times_out_on_a_connection_that_carried_others(
 # The pool: waiting for a connection happens inside it (as in httpcore), first come first served
 
 
-async def _free_connections(pool: _Pool) -> int:
+async def _acquire(pool: Slots, limit: float | None) -> None:
+    """Take a connection of ``pool`` as ``Transport.send`` does, waiting at most ``limit``."""
+    if not pool.take():
+        await _wait_for(pool, limit)
+
+
+async def _free_connections(pool: Slots) -> int:
     """How many connections ``pool`` gives without waiting (taken, then given back)."""
     taken = 0
     while True:
         try:
-            await pool.acquire(0.01)  # nobody releases meanwhile: a full pool times out
+            await _acquire(pool, 0.01)  # nobody releases meanwhile: a full pool times out
         except PoolTimeoutError:
             break
         taken += 1
@@ -390,10 +397,10 @@ async def _free_connections(pool: _Pool) -> int:
 async def test_a_waiter_of_the_pool_stopped_loses_no_connection_and_makes_none(
     way_out: str,
 ) -> None:
-    pool = _Pool(1)
-    await pool.acquire(None)  # the only connection, without waiting
-    first = asyncio.create_task(pool.acquire(None))
-    second = asyncio.create_task(pool.acquire(None))
+    pool = Slots(1)
+    await _acquire(pool, None)  # the only connection, without waiting
+    first = asyncio.create_task(_acquire(pool, None))
+    second = asyncio.create_task(_acquire(pool, None))
     await turns(3)
     assert not first.done()
     assert not second.done()
@@ -414,16 +421,21 @@ async def test_a_waiter_of_the_pool_stopped_loses_no_connection_and_makes_none(
 
 
 async def test_the_pool_times_a_direct_wait_out_and_closing_ends_every_wait() -> None:
-    pool = _Pool(1)
-    await pool.acquire(None)
+    transport = Transport(None, 1, False, None, None)
+    pool = transport.pool
+    assert pool is not None
+    await _acquire(pool, None)
     with pytest.raises(PoolTimeoutError, match=r"max_connections=1.*Timeout.pool=0.01s"):
-        await pool.acquire(0.01)
-    bulk = asyncio.create_task(pool.acquire(None))  # no limit: waits until it has one
-    direct = asyncio.create_task(pool.acquire(60))
+        await _acquire(pool, 0.01)
+    bulk = asyncio.create_task(_acquire(pool, None))  # no limit: waits until it has one
+    direct = asyncio.create_task(_acquire(pool, 60))
     await turns(3)
-    pool.close()
+    await transport.aclose()
+    errors = []
     for waiter in (bulk, direct):
-        with pytest.raises(ClientClosedError, match="closed while the request waited"):
+        with pytest.raises(ClientClosedError, match="closed while the request waited") as caught:
             await waiter
+        errors.append(caught.value)
+    assert errors[0] is not errors[1]  # an error of its own each: no traceback shared
     pool.release()
     assert await _free_connections(pool) == 1  # the timed-out and closed waits took nothing
