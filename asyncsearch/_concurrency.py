@@ -524,12 +524,16 @@ class Slots:
         # close(), and a waiter woken while it is being cancelled hands its slot on.
         self._waiters: deque[asyncio.Future[None]] = deque()
 
+    #: The clock's time until which a pause holds new calls back (``AdaptiveConcurrency.pause``).
+    _paused_until = 0.0
+
     def _free(self) -> int:
         return self.limit - self.in_flight
 
     def take(self) -> bool:
-        """Take a slot if one is free now and nobody waits for one (the usual case): no await."""
-        if self._waiters or self._free() <= 0:
+        """Take a slot if no pause is on, one is free now and nobody waits (the usual case): no
+        await."""
+        if self._paused_until or self._waiters or self._free() <= 0:
             return False
         self.in_flight += 1
         return True
@@ -651,13 +655,6 @@ class AdaptiveConcurrency(Slots):
         """
         if seconds > 0:
             self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
-
-    def take(self) -> bool:
-        """Take a slot if no pause is on, one is free now and nobody waits for one: no await."""
-        if self._paused_until or self._waiters or self._free() <= 0:
-            return False
-        self.in_flight += 1
-        return True
 
     async def acquire(self) -> None:
         """Wait for a slot: until no pause is on and fewer than ``limit`` calls are in flight."""
