@@ -76,7 +76,8 @@ class _Wire:
     (a second one is refused: aiohttp resends an idempotent request once by itself when a
     kept-alive connection fails, and a middleware may call ``handler()`` twice; the client's own
     retry loop decides retries, and counts them), ``response`` is the answer once its head came
-    back, ``error`` what the step raised. ``outer`` is the outermost one: it keeps a middleware's
+    back, ``error`` what the step raised. ``outer``, the outermost one (with middlewares of the
+    client only: ``__call__`` is alone otherwise, and outermost too), keeps a middleware's
     own connection error raised after the answer from aiohttp, which would take it for a stale
     connection and run every middleware again. ``earlier``: an earlier request of the attempt (a
     redirect) was answered. Nothing is inferred later from an exception's type that this saw
@@ -92,6 +93,13 @@ class _Wire:
         self.response: aiohttp.ClientResponse | None = None
         self.error: BaseException | None = None
 
+    def chain(self, middlewares: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The middlewares of one request, the recorders around the client's own."""
+        # With none of the client's, __call__ is outermost too: aiohttp calls a lone middleware
+        # without wrappers (measured: 29k fewer instructions a request, of 640k). Not kept on
+        # self: a cycle, which only the GC would free.
+        return (self.outer, *middlewares, self) if middlewares else (self,)
+
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
@@ -102,6 +110,7 @@ class _Wire:
             self.response = await handler(request)
         except BaseException as exc:
             self.error = exc
+            self.cancelled = isinstance(exc, asyncio.CancelledError)  # outer has the last say
             raise
         return self.response
 
@@ -110,13 +119,11 @@ class _Wire:
     ) -> aiohttp.ClientResponse:
         try:
             return await handler(request)
-        except aiohttp.ClientError as exc:
-            if self.response is None:
+        except BaseException as exc:
+            self.cancelled = isinstance(exc, asyncio.CancelledError)
+            if self.response is None or not isinstance(exc, aiohttp.ClientError):
                 raise
             raise _Kept from exc  # not a ClientError: aiohttp passes it on as it is
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
 
 
 class _Kept(Exception):
@@ -326,7 +333,7 @@ async def _follow_redirects(
                 ssl=options.ssl if options.ssl is not None else True,
                 proxy_headers=proxy,  # the proxy's credentials, when the client has a proxy
                 # None: a caller's session runs its own (a list here would replace them).
-                middlewares=None if wire is None else (wire.outer, *options.middlewares, wire),
+                middlewares=None if wire is None else wire.chain(options.middlewares),
             ) as resp:
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
