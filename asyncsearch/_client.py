@@ -764,8 +764,8 @@ class AsyncSearchClient(AsyncClosing):
         request. Raises ``InvalidRequestError`` at once for bad arguments and a single id (a
         ``str``, ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
-        fan = (ordered, on_progress)
-        return self._bulk("iter_extractions", job_ids, concurrency, format, options, fan)
+        fan = {"ordered": ordered, "on_progress": on_progress}
+        return self._bulk("iter_extractions", job_ids, concurrency, format, options, **fan)
 
     async def gather_extractions(
         self,
@@ -787,8 +787,8 @@ class AsyncSearchClient(AsyncClosing):
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head),
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
         # nothing is gained by waking this task once per result as iter_extractions must.
-        fan = (False, on_progress)
-        results = self._bulk("gather_extractions", job_ids, concurrency, format, options, fan)
+        fan = {"ordered": False, "on_progress": on_progress}
+        results = self._bulk("gather_extractions", job_ids, concurrency, format, options, **fan)
         return await results._gather()
 
     def _bulk(
@@ -798,9 +798,10 @@ class AsyncSearchClient(AsyncClosing):
         concurrency: int,
         format: ExtractionFormat | None,
         options: Mapping[str, Any],
-        fan: tuple[bool, Callable[[int, int | None], object] | None],
+        **fan: Any,
     ) -> ExtractionResults[Id]:
-        """The results of a bulk call: ``get_extraction`` of every id, under one span."""
+        """The results of a bulk call: ``get_extraction`` of every id, under one span; ``fan``:
+        ``ordered`` and ``on_progress``, as ``limited_fan_out`` takes them."""
         check_items(job_ids, "job_ids")
         call = self._call(name, options)
         protocol.check_extraction_format(format)
@@ -846,15 +847,7 @@ class AsyncSearchClient(AsyncClosing):
             counts["asyncsearch.bulk.failed"] += 1
             return ExtractionFailure(job_id=job_id, error=error)
 
-        ordered, on_progress = fan
-        outcomes = limited_fan_out(
-            fetch,
-            job_ids,
-            pressure,
-            stop_on=ClientClosedError,
-            ordered=ordered,
-            on_progress=on_progress,
-        )
+        outcomes = limited_fan_out(fetch, job_ids, pressure, stop_on=ClientClosedError, **fan)
         return ExtractionResults(outcomes, span)
 
     async def wait_for_extraction(
