@@ -503,14 +503,12 @@ class AsyncSearchClient(AsyncClosing):
             raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
         if not isinstance(rate_limit, RateLimit | None):
             raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
-        if session is not None and middlewares:
-            raise ConfigurationError(_SESSION_MIDDLEWARES)
         given = locals()  # the options of OptionChanges, by their names
-        values = {name: given[name] for name in OPTION_NAMES}
-        self._options = Options.make(values, user_agent=USER_AGENT)
+        options = Options.make({name: given[name] for name in OPTION_NAMES}, user_agent=USER_AGENT)
         transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
         self._shared = Shared(transport, budget, rate_limit)
+        self._options = self._sendable(options, ConfigurationError)
         self._owns_transport = True
         self._closed = False
 
@@ -553,9 +551,7 @@ class AsyncSearchClient(AsyncClosing):
         Closing the returned client does not close the shared pool.
         """
         self._check_open()
-        options = self._options.merge(changes)
-        if options.middlewares and not self._shared.transport.owns_session:
-            raise ConfigurationError(_SESSION_MIDDLEWARES)
+        options = self._sendable(self._options.merge(changes), ConfigurationError)
         child = object.__new__(AsyncSearchClient)
         # This client's state (open: checked above), with the pool and the budget it shares.
         child.__dict__.update(self.__dict__, _options=options, _owns_transport=False)
@@ -579,9 +575,14 @@ class AsyncSearchClient(AsyncClosing):
         call = self._options.merge(
             options, function=name, allowed=allowed, error=InvalidRequestError, kinds=CALL_CHANGES
         )
-        if call.middlewares and not self._shared.transport.owns_session:
-            raise InvalidRequestError(_SESSION_MIDDLEWARES)
-        return call
+        return self._sendable(call, InvalidRequestError)
+
+    def _sendable(self, options: Options, error: type[AsyncSearchError]) -> Options:
+        """``options``, or ``error`` when they have middlewares the client cannot run: a caller's
+        ``session=`` runs its own (a per-request list would replace them)."""
+        if options.middlewares and not self._shared.transport.owns_session:
+            raise error(_SESSION_MIDDLEWARES)
+        return options
 
     async def _send(self, call: Options, request: Request[T], span: CallSpan) -> APIResponse[T]:
         """Send ``request`` with retries under ``call``'s options (see ``_call.send``)."""

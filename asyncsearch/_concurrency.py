@@ -524,16 +524,13 @@ class Slots:
         # close(), and a waiter woken while it is being cancelled hands its slot on.
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    #: The clock's time until which a pause holds new calls back (``AdaptiveConcurrency.pause``).
-    _paused_until = 0.0
-
     def _free(self) -> int:
         return self.limit - self.in_flight
 
     def take(self) -> bool:
-        """Take a slot if no pause is on, one is free now and nobody waits (the usual case): no
-        await."""
-        if self._paused_until or self._waiters or self._free() <= 0:
+        """Take a slot if one is free now and nobody waits for one (the usual case): no await."""
+        # Inline, not _free(): this runs once per request.
+        if self._waiters or self.in_flight >= self.limit:
             return False
         self.in_flight += 1
         return True
@@ -546,7 +543,7 @@ class Slots:
             await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self._give_back()  # handed one as it stopped waiting: on to the next in line
+                Slots.release(self)  # handed one as it stopped waiting: on to the next in line
             else:
                 with contextlib.suppress(ValueError):  # still in line
                     self._waiters.remove(waiter)
@@ -554,9 +551,6 @@ class Slots:
 
     def release(self) -> None:
         """Give back a slot: to the task first in line, if one waits."""
-        self._give_back()
-
-    def _give_back(self) -> None:
         if self.in_flight <= 0:
             raise RuntimeError("a slot was given back more often than taken")
         self.in_flight -= 1
@@ -675,11 +669,22 @@ class AdaptiveConcurrency(Slots):
             else:
                 self._paused_until = 0.0
 
+    def take(self) -> bool:
+        """Take a slot if no pause is on, one is free now and nobody waits for one: no await."""
+        if self._paused_until or self._waiters or self._free() <= 0:
+            return False
+        self.in_flight += 1
+        return True
+
     def release(self, *, taken: bool = False) -> None:
         """Give back a slot; ``taken``: its call has no outcome for the consumer to take."""
+        if self.in_flight <= 0:
+            raise RuntimeError("a slot was given back more often than taken")
+        self.in_flight -= 1
         if not taken:
             self._unconsumed += 1
-        self._give_back()
+        if self._waiters:
+            self._wake()
 
     def taken(self) -> None:
         """Record an outcome the consumer took: room for one more call in the window."""
