@@ -826,6 +826,42 @@ def test_with_no_meter_provider_set_a_call_is_not_even_timed() -> None:
     assert done.stdout.split() == ["True", "False", "1"]
 
 
+_NO_TRACER_PROVIDER = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from asyncsearch._protocol import get_extraction
+from asyncsearch._tracing import NO_SPAN, Tracing
+
+started = []
+for kind in (trace.ProxyTracer, trace.NoOpTracer):
+    def counted(self, *args, _start=kind.start_span, **kwargs):
+        started.append(type(self).__name__)
+        return _start(self, *args, **kwargs)
+    kind.start_span = counted
+tracing = Tracing(base_url="http://127.0.0.1:9", enabled=True, content=False)
+request = get_extraction("00000000-0000-4000-8000-000000000001")
+print(tracing.call("get_extraction", request) is NO_SPAN, len(started))
+trace.set_tracer_provider(TracerProvider())
+span = tracing.call("get_extraction", request)
+print(span is NO_SPAN, span.context is not None)
+span.end()
+"""
+
+
+def test_until_a_tracer_provider_is_set_no_span_is_started() -> None:
+    """The API's own provider makes spans that record nothing: none is started (not even one of
+    the API's), and a provider set later is used from the next call on."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _NO_TRACER_PROVIDER],
+        capture_output=True,
+        text=True,
+        timeout=60 * TIME_SCALE,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "0", "False", "True"]
+
+
 @pytest.fixture
 def aiohttp_instrumented() -> Iterator[None]:
     """aiohttp instrumented by opentelemetry-instrumentation-aiohttp-client for one test.
