@@ -1,12 +1,33 @@
-"""One call: its attempts, retries with backoff and the retry budget, and the answer.
+"""One call: its attempts, each in ordered phases, retries with backoff and the retry budget.
 
-``send`` is the request loop every endpoint, pager and bulk helper goes through, in small
-layers (as httpx's ``send`` -> ``_send_handling_auth`` -> ...): ``send`` runs the attempts and
-sleeps between them; its ``_Call`` (what the steps of one call share) makes one (``attempt``),
-turns an answer that is not a success into its error (``status_error``), and decides whether
-(and after how long) another attempt follows (``retry_delay``: by the call's ``RetryPolicy``,
-the pool's retry budget and the call's ``deadline``). The call's span gets the retries;
-``APIResponse`` is the answer.
+The contract of one attempt. Its phases come in this order, each with one owner, and one record
+(``_transport.Attempt``) says how far it got; every question about the attempt is answered from
+that record, here:
+
+1. **prepare** (``_Call.prepare``): with a key provider, the key, asked before the call's first
+   attempt and once more after a 401. An async provider is asked one question at a time for every
+   call: a call that asks while a question is in flight takes its answer (``_Key.ask``).
+2. **connection** (``Transport.send``): a free connection of the pool; a direct call waits at most
+   ``Timeout.pool`` (``PoolTimeoutError``), a bulk call without a limit.
+3. **admit** (``_Call.admit``, called by the transport with the connection in hand, before each
+   request of the attempt: a redirect followed is another request): a token of the rate limit.
+   A wait that would end past the deadline, or for a direct call last longer than
+   ``Timeout.pool``, is not begun.
+4. **send** (aiohttp, the middlewares, and the transport's recorder inside them): the request
+   goes out. From here on the attempt counts in ``attempts`` and its token is spent.
+5. **read** (the transport's bounded reader): the body, at most ``max_response_bytes``.
+6. **classify**: an aiohttp error becomes ours, ``request_sent`` as the record shows
+   (``_transport.classify``); an answer that is not a success, its status error
+   (``_Call.status_error``).
+
+The call's ``deadline`` bounds every phase. ``_Call.run`` makes the attempts: after a failure
+that may be retried it waits (``retry_delay``: the server's ``Retry-After`` or the policy's
+backoff, the retry budget, and the deadline, counting the rate limit's wait) and begins another.
+An attempt stopped before phase 4 sent nothing: it is not counted, its token is given back, and
+the call ends with its last real error, ``retries_stopped`` saying why, or, when nothing was sent
+at all, with the error that stopped it (an ``APITimeoutError`` saying nothing was sent). Every
+error leaves the call through ``send``, where ``Secrets.scrub`` takes the key and the proxy's
+credentials out of it. ``APIResponse`` is the answer.
 """
 
 from __future__ import annotations
@@ -20,22 +41,23 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
-import msgspec
 
 from . import _models as models
 from . import _protocol as protocol
 from ._concurrency import AdaptiveConcurrency, RateLimit, RetryBudget
-from ._config import Options, _Secret
+from ._config import Options, _Key
 from ._errors import (
     APIConnectionError,
-    APIStatusError,
     APITimeoutError,
     AsyncSearchError,
+    KeyProviderError,
+    PoolTimeoutError,
+    ProxyError,
     ResponseValidationError,
 )
-from ._protocol import Request, Response
+from ._protocol import Request, Response, Secrets
 from ._tracing import NO_SPAN
-from ._transport import Transport, scrub_headers
+from ._transport import ADMIT, CONNECTION, PREPARE, SEND, Attempt, Transport
 
 if TYPE_CHECKING:
     from ._tracing import CallSpan
@@ -46,6 +68,13 @@ logger = logging.getLogger("asyncsearch")
 
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
+
+#: What an attempt stopped before sending was waiting for, by its phase.
+_WAITING = {
+    PREPARE: "the api_key provider's answer",
+    CONNECTION: "a connection of the pool",
+    ADMIT: "its token of the rate limit",
+}
 
 
 @dataclass(slots=True)
@@ -63,18 +92,18 @@ class APIResponse(Generic[T]):
     """A success response with its metadata; ``parse()`` gives the typed model.
 
     ``status_code``, ``headers`` (case-insensitive), ``elapsed`` (seconds of the last attempt),
-    ``attempts`` (how many were made), ``url``, ``content`` (the raw body) and ``request_id``
+    ``attempts`` (how many went out), ``url``, ``content`` (the raw body) and ``request_id``
     (the answer's ``X-Request-Id`` or ``Request-Id``). The model ``parse()`` gives carries the
     same ``request_id`` (a ``SearchPage``, ``ExtractionJob``, ``WebhookLog`` or ``LinkPreview``;
     not the list of ``list_webhook_logs``), so a plain call needs no ``with_raw_response`` for it.
     """
 
-    __slots__ = ("_parsed", "_request", "_response", "_secret", "attempts")
+    __slots__ = ("_parsed", "_request", "_response", "_secrets", "attempts")
     # Made by the client only (_api_response): no constructor of its own in help().
     _request: Request[T]
     _response: Response
     _parsed: tuple[T] | None
-    _secret: str
+    _secrets: Secrets
     attempts: int
 
     @property
@@ -84,7 +113,8 @@ class APIResponse(Generic[T]):
     @property
     def headers(self) -> Mapping[str, str]:
         # Scrubbed here, where they leave the client, not for every answer of a bulk fetch.
-        return scrub_headers(self._response.headers, self._secret)
+        headers: Mapping[str, str] = self._secrets.scrubbed(self._response.headers)
+        return headers
 
     @property
     def elapsed(self) -> float:
@@ -104,12 +134,13 @@ class APIResponse(Generic[T]):
         # Read from the headers as received, only the id scrubbed: parse() reads it for every
         # answer of a bulk call, which never looks at the other headers.
         found = protocol.request_id(self._response.headers)
-        return found if found is None else protocol.redact(found, self._secret)
+        return found if found is None else self._secrets.redact(found)
 
     def parse(self) -> T:
         """Decode the body (once; later calls return the same object).
 
-        Raises ``ResponseValidationError`` when the body does not fit the model.
+        Raises:
+            ResponseValidationError: the body does not fit the model.
         """
         if self._parsed is None:
             try:
@@ -119,9 +150,8 @@ class APIResponse(Generic[T]):
             except ResponseValidationError as exc:
                 exc.attempts = self.attempts
                 exc.request_id = self.request_id
-                if self._secret and self._secret.encode() in exc.body:
-                    # A server (or a proxy's debug page) echoing the request's headers.
-                    exc.body = exc.body.replace(self._secret.encode(), b"[redacted]")
+                # A server (or a proxy's debug page) may echo the request's headers.
+                self._secrets.scrub(exc)
                 raise
         return self._parsed[0]
 
@@ -130,16 +160,6 @@ class APIResponse(Generic[T]):
             f"<APIResponse [{self.status_code}] {self._request.method} "
             f"{urlsplit(self.url).path} attempts={self.attempts}>"
         )
-
-
-def _api_response(call: _Call[T], response: Response) -> APIResponse[T]:
-    answer: APIResponse[T] = APIResponse.__new__(APIResponse)
-    answer._request = call.request
-    answer._response = response
-    answer._parsed = None
-    answer._secret = call.options.api_key.get()
-    answer.attempts = call.attempts
-    return answer
 
 
 async def send(
@@ -151,135 +171,219 @@ async def send(
 ) -> APIResponse[T]:
     """Send a request with retries; return the success response or raise its error.
 
-    ``options`` are the call's (its extras already applied to ``request``). ``pressure`` is
-    told about successes and overload answers (429, 503, with their ``Retry-After``), so that a
-    bulk fetch can slow down as a whole; ``span`` gets the retries. ``options.deadline``
-    bounds all of it: an attempt it cuts short raises ``APITimeoutError``, and a retry whose
-    wait would end past it is not started. With a key provider (``api_key=`` a function), a 401
-    asks it again once and makes one more attempt, counted by no retry limit.
+    Args:
+        shared: the pool, the retry budget and the rate limit.
+        options: the call's (its extras already applied to ``request``); ``options.deadline``
+            bounds all of it (see the module's docstring).
+        request: what to send.
+        span: gets the retries.
+        pressure: a bulk call's limit, told about successes and overload answers (429, 503,
+            with their ``Retry-After``), so that the bulk call slows down as a whole.
+
+    Raises:
+        AsyncSearchError: the call's error, its secrets scrubbed. A key provider's own error is
+            raised as it is in a direct call, as ``KeyProviderError`` in a bulk call.
     """
-    policy = options.retry
-    # May the request be sent again once it may have reached the service? See retry_search.
-    idempotent = request.idempotent or policy.retry_search == "always"
     end = None if options.deadline is None else anyio.current_time() + options.deadline
     call = _Call(shared, options, request, pressure, end, options.api_key)
-    while True:
-        call.attempts += 1
-        retry_after = None
-        try:
-            response = await call.attempt()
-        except APIConnectionError as exc:
-            if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
-                raise
-            error: AsyncSearchError = exc
-            reason = type(exc).__name__
-        else:
-            status = response.status
-            if 200 <= status < 300:
-                if shared.retry_budget is not None:
-                    shared.retry_budget.on_success()
-                if pressure is not None:
-                    pressure.on_success()
-                return _api_response(call, response)
-            error, retry_after = call.status_error(response)
-            if status == 401 and call.source.provider and not call.rekeyed:
-                call.rekeyed = call.rekey = True  # the next attempt asks for the key again
-                logger.info("%s: the key was refused (401); asking for it again", request.path)
-                span.retry(call.attempts, 0.0, "status 401: the key asked again")
-                continue
-            if not protocol.is_retryable_status(
-                status, idempotent=idempotent, statuses=policy.statuses
-            ):
-                raise error
-            reason = f"status {status}"
-        delay = call.retry_delay(error, retry_after)
-        logger.info(
-            "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
-            request.method,
-            request.path,
-            delay,
-            call.attempts,
-            policy.max_retries + 1,
-            reason,
-        )
-        span.retry(call.attempts, delay, reason)
-        await _sleep(delay)  # holding nothing: a connection is taken inside each attempt
+    try:
+        return await call.run(span)
+    except Exception as exc:  # the one boundary an error of a call leaves through
+        call.options.secrets.scrub(exc)
+        raise
 
 
 @dataclass(slots=True)
 class _Call(Generic[T]):
-    """One call under way: what ``send``'s steps share, and the attempts made so far."""
+    """One call under way: its attempts so far, and what its steps share."""
 
     shared: Shared
     options: Options
     request: Request[T]
     pressure: AdaptiveConcurrency | None
     end: float | None  # the call's deadline, in anyio's clock
-    source: _Secret  # the client's key, or its key provider
-    attempts: int = 0
+    source: _Key  # the client's key, or its key provider
+    attempts: int = 0  # attempts that went out (reached phase 4)
+    last: AsyncSearchError | None = None  # the error of the last attempt that went out
     asked: int | None = None  # with a key provider: the number of its answer this call sends
     rekey: bool = True  # with a key provider: the next attempt asks it for the key
     rekeyed: bool = False  # a 401 made the call ask for the key again (once per call)
 
-    async def attempt(self) -> Response:
-        """One attempt: the answer, whatever its status; an error carries ``attempts``.
+    async def run(self, span: CallSpan) -> APIResponse[T]:
+        """Make attempts until one is answered with success, or none may follow."""
+        policy = self.options.retry
+        # May the request be sent again once it may have reached the service? See retry_search.
+        idempotent = self.request.idempotent or policy.retry_search == "always"
+        while True:
+            record = Attempt()
+            retry_after = None
+            try:
+                response = await self.attempt(record)
+            except APIConnectionError as exc:
+                if record.phase < SEND and isinstance(exc, APITimeoutError):
+                    # Stopped before it was sent (the deadline, Timeout.pool, the rate limit):
+                    # the last real error says what happened.
+                    if self.last is None:
+                        raise
+                    raise self.stop(self.last, exc.message) from None
+                if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
+                    raise
+                error: AsyncSearchError = exc
+                reason = type(exc).__name__
+            else:
+                status = response.status
+                if 200 <= status < 300:
+                    if self.shared.retry_budget is not None:
+                        self.shared.retry_budget.on_success()
+                    if self.pressure is not None:
+                        self.pressure.on_success()
+                    return self.answer(response)
+                error, retry_after = self.status_error(response)
+                if status == 401 and self.source.provider and not self.rekeyed:
+                    self.rekeyed = self.rekey = True  # the next attempt asks for the key again
+                    self.last = error
+                    logger.info("%s: the key was refused (401); asking for it again", self.path)
+                    span.retry(self.attempts, 0.0, "status 401: the key asked again")
+                    continue
+                if status == 407 or not protocol.is_retryable_status(
+                    status, idempotent=idempotent, statuses=policy.statuses
+                ):
+                    raise error
+                reason = f"status {status}"
+            self.last = error
+            delay = self.retry_delay(error, retry_after)
+            logger.info(
+                "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
+                self.request.method,
+                self.path,
+                delay,
+                self.attempts,
+                policy.max_retries + 1,
+                reason,
+            )
+            span.retry(self.attempts, delay, reason)
+            await _sleep(delay)  # holding nothing: a connection is taken inside each attempt
 
-        Past ``end`` it is cancelled: ``APITimeoutError``.
+    @property
+    def path(self) -> str:
+        return self.request.path
+
+    def answer(self, response: Response) -> APIResponse[T]:
+        answer: APIResponse[T] = APIResponse.__new__(APIResponse)
+        answer._request = self.request
+        answer._response = response
+        answer._parsed = None
+        answer._secrets = self.options.secrets
+        answer.attempts = self.attempts
+        return answer
+
+    async def attempt(self, record: Attempt) -> Response:
+        """One attempt, its phases in order: the answer, whatever its status.
+
+        Past ``end`` it is cancelled: ``APITimeoutError``. An error carries ``attempts``.
         """
-        request = self.request
         started = time.monotonic()
         try:
-            sending = self._send()
             if self.end is None:
-                response = await sending
+                response = await self._phases(record)
             else:
                 with anyio.CancelScope(deadline=self.end) as scope:
-                    response = await sending
+                    response = await self._phases(record)
                 if scope.cancelled_caught:
-                    raise self._past_deadline(f"passed during attempt {self.attempts}")
-        except AsyncSearchError as exc:
-            exc.attempts = self.attempts
-            if isinstance(exc, APIConnectionError):
-                _log_attempt(request, type(exc).__name__, self.attempts, time.monotonic() - started)
+                    raise self.past_deadline(record)
+        except BaseException as exc:
+            self.ended(record)
+            if isinstance(exc, AsyncSearchError):
+                exc.attempts = self.attempts
+                if record.phase >= SEND and isinstance(exc, APIConnectionError):
+                    elapsed = time.monotonic() - started
+                    _log_attempt(self.request, type(exc).__name__, self.attempts, elapsed)
             raise
+        self.ended(record)
         if logger.isEnabledFor(logging.DEBUG):
-            _log_attempt(request, response.status, self.attempts, response.elapsed)
+            _log_attempt(self.request, response.status, self.attempts, response.elapsed)
         return response
 
-    async def _send(self) -> Response:
-        """The attempt's token of the rate limit, then the call's key, then the attempt.
+    async def _phases(self, record: Attempt) -> Response:
+        if self.source.provider is not None and self.rekey:
+            await self.prepare()
+        admit = None if self.shared.rate_limit is None else self.admit
+        bulk = self.pressure is not None
+        return await self.shared.transport.send(
+            self.request, self.options, record, bulk=bulk, admit=admit
+        )
 
-        A bulk call's attempt waits for a connection without Timeout.pool; the deadline's scope
-        bounds that wait as it bounds the rest of the attempt.
+    async def prepare(self) -> None:
+        """Phase 1: the key of a key provider (asked once per key, not per attempt)."""
+        self.rekey = False
+        try:
+            key, self.asked = await self.source.ask(self.asked)
+        except Exception as exc:
+            if self.pressure is None:
+                raise  # a direct call raises the provider's error as it is
+            raise KeyProviderError(
+                f"the api_key provider raised {type(exc).__name__}: {exc}"
+            ) from exc
+        self.options = self.options.keyed(key)
+
+    async def admit(self) -> None:
+        """Phase 3: the request's token of the rate limit, its connection in hand.
+
+        A wait that would end past the deadline, or last longer than ``Timeout.pool`` for a
+        direct call, is not begun; a wait cancelled takes no token.
         """
         limit = self.shared.rate_limit
-        if limit is not None:  # taken before the pool's connection: a wait here holds none
-            wait = limit.wait()
-            if wait and self.end is not None and anyio.current_time() + wait > self.end:
-                what = f"would pass in the {wait:.2f}s attempt {self.attempts} waits for {limit!r}"
-                raise self._past_deadline(what + ": it was not sent")
-            await limit.take()
-        if self.source.provider is not None and self.rekey:
-            self.rekey = False
-            key, self.asked = await self.source.ask(self.asked)
-            self.options = self.options.keyed(key)  # once per key, not per attempt
-        bulk = self.pressure is not None
-        return await self.shared.transport.send(self.request, self.options, bulk=bulk)
+        assert limit is not None
+        wait = limit.wait()
+        if wait:
+            bound = None if self.pressure is not None else self.options.timeout.pool
+            if self.end is not None and anyio.current_time() + wait > self.end:
+                which = "the next attempt" if self.last else "the request"
+                held = f"would pass in the {wait:.2f}s {which} would wait for {limit!r}"
+                raise self.past_deadline(None, held)
+            if bound is not None and wait > bound:
+                raise PoolTimeoutError(
+                    f"{limit!r} would hold the request {wait:.2f}s, longer than Timeout.pool="
+                    f"{bound:g}s; the request was not sent"
+                )
+        await limit.take()
 
-    def _past_deadline(self, what: str) -> APITimeoutError:
-        exc = APITimeoutError(f"the call's deadline of {self.options.deadline:g}s {what}")
+    def ended(self, record: Attempt) -> None:
+        """Count the attempt if it went out; give back a token taken for a request not sent."""
+        if record.phase >= SEND:
+            self.attempts += 1
+        if record.admitted > record.sent:
+            limit = self.shared.rate_limit
+            assert limit is not None
+            for _ in range(record.admitted - record.sent):
+                limit.give_back()
+
+    def past_deadline(self, record: Attempt | None, what: str = "") -> APITimeoutError:
+        """The deadline's error: ``what`` happened, or what the ``record`` shows it cut short."""
+        went = record is not None and record.phase >= SEND
+        which = "the next attempt" if self.last else "the request"
+        if record is not None:
+            waiting = _WAITING.get(record.phase, "")
+            what = (
+                f"passed during attempt {self.attempts + 1}"
+                if went
+                else f"passed while {which} waited for {waiting}"
+            )
+        exc = APITimeoutError(
+            f"the call's deadline of {self.options.deadline:g}s {what}"
+            + ("" if went or self.last else ": it was not sent"),
+            request_sent=record is not None and record.sent > 0,
+        )
         exc.retryable = False  # the deadline has passed, or will: no attempt may follow
         return exc
 
-    def status_error(self, response: Response) -> tuple[APIStatusError, float | None]:
+    def status_error(self, response: Response) -> tuple[AsyncSearchError, float | None]:
         """The error of an answer that is not a success, and its ``Retry-After`` in seconds.
 
         ``pressure`` is told of an overload (429, 503) and paused for a ``Retry-After`` it may wait.
+        A 407 is the proxy's (only a proxy asks for its own credentials): a ``ProxyError``.
         """
-        secret = self.options.api_key.get()
-        # The error keeps the headers: without the key, should the server have echoed it.
-        headers = scrub_headers(response.headers, secret)
-        response = msgspec.structs.replace(response, headers=headers)
+        headers = response.headers
         retry_after = protocol.parse_retry_after(headers)
         pressure = self.pressure
         if pressure is not None and response.status in (429, 503):
@@ -287,11 +391,13 @@ class _Call(Generic[T]):
             if retry_after is not None and retry_after <= self.options.retry.max_retry_after:
                 # The service asked everyone to wait, not only this call.
                 pressure.pause(retry_after)
+        if response.status == 407:
+            message = "the proxy refused the request: 407 Proxy Authentication Required"
+            return ProxyError(message, status_code=407, attempts=self.attempts), None
         error = protocol.status_error(
             response,
             method=self.request.method,
             attempts=self.attempts,
-            secret=secret,
             retry_after=retry_after,
             reason=_redirect_reason(response),
         )
@@ -302,42 +408,49 @@ class _Call(Generic[T]):
 
         The server's ``Retry-After`` is honoured up to ``max_retry_after``; past it the error is
         raised at once. ``max_retries`` and the retry budget come next; the delay is otherwise the
-        policy's backoff. A wait that would end past ``end`` (the deadline) is not started. The
-        budget and the deadline say on the error that they stopped the retries.
+        policy's backoff. A wait that would end past ``end`` (the deadline), counting the rate
+        limit's wait after it, is not started. The budget and the deadline say on the error that
+        they stopped the retries.
         """
         policy = self.options.retry
         if self.attempts - self.rekeyed > policy.max_retries:  # the new key's attempt is free
             raise error
         delay = retry_after
         if delay is not None and delay > policy.max_retry_after:
-            stopped = (
+            raise self.stop(
+                error,
                 f"the server asked to wait {delay:.1f}s, more than max_retry_after="
-                f"{policy.max_retry_after:g}s"
+                f"{policy.max_retry_after:g}s",
             )
-        else:
-            if delay is None:
-                draw = self.shared.random.random if policy.jitter else lambda: 1.0
-                delay = protocol.backoff_delay(
-                    self.attempts, base=policy.base, cap=policy.cap, random=draw
-                )
-            budget = self.shared.retry_budget
-            if self.end is not None and anyio.current_time() + delay >= self.end:
-                stopped = (
+        if delay is None:
+            draw = self.shared.random.random if policy.jitter else lambda: 1.0
+            delay = protocol.backoff_delay(
+                self.attempts, base=policy.base, cap=policy.cap, random=draw
+            )
+        if self.end is not None:
+            limit = self.shared.rate_limit
+            held = 0.0 if limit is None else limit.wait(delay)
+            if anyio.current_time() + delay + held >= self.end:
+                waits = f"{delay:.2f}s" + (f" and {held:.2f}s for {limit!r}" if held else "")
+                raise self.stop(
+                    error,
                     f"the call's deadline of {self.options.deadline:g}s would pass before the "
-                    f"next attempt (after a wait of {delay:.2f}s)"
+                    f"next attempt (after a wait of {waits})",
                 )
-            elif budget is None or budget.try_acquire(
-                after_timeout=isinstance(error, APITimeoutError)
-            ):
-                return delay
-            else:
-                stopped = (
-                    f"the client's retry budget is spent ({self.attempts - 1} of max_retries="
-                    f"{policy.max_retries} retries made; see RetryBudget)"
-                )
-        error.retries_stopped = stopped
-        logger.info("%s %s: not retrying: %s", self.request.method, self.request.path, stopped)
-        raise error
+        budget = self.shared.retry_budget
+        if budget is None or budget.try_acquire(after_timeout=isinstance(error, APITimeoutError)):
+            return delay
+        raise self.stop(
+            error,
+            f"the client's retry budget is spent ({self.attempts - 1} of max_retries="
+            f"{policy.max_retries} retries made; see RetryBudget)",
+        )
+
+    def stop(self, error: AsyncSearchError, why: str) -> AsyncSearchError:
+        """``error``, saying why no attempt follows it although ``max_retries`` allowed one."""
+        error.retries_stopped = why
+        logger.info("%s %s: not retrying: %s", self.request.method, self.path, why)
+        return error
 
 
 def _log_attempt(request: Request[Any], outcome: object, attempts: int, elapsed: float) -> None:

@@ -75,13 +75,14 @@ from ._config import (
     Timeout,
 )
 from ._errors import (
-    APIStatusError,
     AsyncSearchError,
     AuthenticationError,
     ClientClosedError,
     ConfigurationError,
     InvalidRequestError,
+    KeyProviderError,
     PermissionDeniedError,
+    ProxyError,
     ResponseValidationError,
     WaitTimeoutError,
 )
@@ -400,13 +401,21 @@ def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[I
     return ExtractionFailure(job_id=outcome.item, error=error)
 
 
-def _not_sent(refused: APIStatusError) -> APIStatusError:
-    """The error of an id a bulk call did not send after ``refused`` (a 401 or 403) came."""
-    message = (
-        f"not sent: the service refused an earlier request of this bulk call ({refused.message})"
-    )
-    same = ("status_code", "headers", "body", "method", "url")
-    error = type(refused)(message, **{name: getattr(refused, name) for name in same})
+def _stops_bulk(error: AsyncSearchError) -> bool:
+    """Whether ``error`` of one id stops a bulk call: every other id would get it too (a 401 or
+    403, a proxy's 407, a key provider that fails)."""
+    if isinstance(error, ProxyError):
+        return error.status_code == 407
+    return isinstance(error, AuthenticationError | PermissionDeniedError | KeyProviderError)
+
+
+def _not_sent(refused: AsyncSearchError) -> AsyncSearchError:
+    """The error of an id a bulk call did not send after ``refused`` stopped it: a copy of it
+    (its type, its attributes), saying so."""
+    error = type(refused).__new__(type(refused))  # as unpickling makes it: no __init__
+    error.__dict__.update(refused.__dict__, retries_stopped=None, attempts=0)
+    error.message = f"not sent: an earlier request of this bulk call failed ({refused.message})"
+    error.args = (error.message,)
     error.__cause__ = refused
     return error
 
@@ -504,8 +513,9 @@ class AsyncSearchClient(AsyncClosing):
         if not isinstance(rate_limit, RateLimit | None):
             raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
         given = locals()  # the options of OptionChanges, by their names
-        options = Options.make({name: given[name] for name in OPTION_NAMES}, user_agent=USER_AGENT)
         transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
+        values = {name: given[name] for name in OPTION_NAMES}
+        options = Options.make(values, user_agent=USER_AGENT, proxy_secrets=transport.secrets)
         budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
         self._shared = Shared(transport, budget, rate_limit)
         self._options = self._sendable(options, ConfigurationError)
@@ -811,9 +821,9 @@ class AsyncSearchClient(AsyncClosing):
         # connections would only queue for the pool (each attempt takes one, inside it).
         pool_size = self._shared.transport.pool_size
         pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
-        # The 401 or 403 that stops the call: every id would get the same answer, so once one
+        # The error that stops the call (_stops_bulk): every id would get the same, so once one
         # comes, nothing more is sent and every id not sent yet gets the error too.
-        refused: list[APIStatusError] = []
+        refused: list[AsyncSearchError] = []
         span = LazySpan(self._options.tracer, name)
         counts = span.totals  # set on the call's span when it ends
         counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
@@ -831,9 +841,6 @@ class AsyncSearchClient(AsyncClosing):
                         response = await send(self._shared, call, request, child, pressure)
                         child.answered(response)
                         return ExtractionSuccess(job_id=job_id, job=response.parse())
-                except (AuthenticationError, PermissionDeniedError) as exc:
-                    refused.append(exc)
-                    error = exc
                 except ClientClosedError:
                     raise  # ends the whole call (stop_on below): no error per id left
                 except AsyncSearchError as exc:
@@ -841,6 +848,8 @@ class AsyncSearchClient(AsyncClosing):
                         raise ClientClosedError(
                             "the client was closed during the bulk call"
                         ) from exc
+                    if _stops_bulk(exc):
+                        refused.append(exc)
                     error = exc
                 except Exception as exc:  # a middleware's own error: this id's, as its cause
                     error = AsyncSearchError(f"a middleware raised {type(exc).__name__}: {exc}")

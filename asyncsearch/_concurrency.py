@@ -10,7 +10,8 @@ paging methods:
   calls in flight with a shared pause, for backing off when the service says it is overloaded.
 - ``RetryBudget`` is a token bucket that caps how much retrying a client may do, in the manner of
   the AWS SDKs' "standard" retry mode.
-- ``RateLimit`` is a token bucket of requests per second that every attempt waits for.
+- ``RateLimit`` is a token bucket of requests per second that every request on the wire takes
+  one from.
 
 Everything here lives in one event loop and is not thread-safe. Time is anyio's (its clock, its
 sleep, its shielded scope for cleanup), as in the rest of the core; tasks, futures and events are
@@ -764,28 +765,35 @@ _clock = anyio.current_time
 
 
 class RateLimit:
-    """A client-side limit of requests per second: a token bucket each attempt takes one from.
+    """A client-side limit of requests per second: a token bucket each request on the wire takes
+    one from.
 
     The bucket holds at most ``burst`` tokens (it starts full) and gains ``per_second`` tokens a
-    second. Every attempt of a call (a retry too; direct calls, walks and bulk calls alike) takes
-    one before it waits for a connection of the pool, so a waiting attempt holds no connection;
-    when none is left it waits its turn, first come first served. A wait that would end past
-    the call's ``deadline`` is not begun (``APITimeoutError``); a wait cancelled takes nothing.
-    The client and every client made by ``with_options`` share it. Its state, for a progress
-    bar or a metric: ``tokens`` and ``waiting``. Use it from one event loop only.
+    second. Every request a client sends takes one as it goes out, with its connection of the pool
+    in hand: each attempt of a call (a retry too), each redirect followed, in direct calls, walks
+    and bulk calls alike. So in any window of ``t`` seconds the client sends at most
+    ``per_second * t + burst`` requests, however its pool frees up. When no token is left the
+    request waits its turn, first come first served, holding its connection (every request of
+    the pool waits for the same bucket). A wait that would end past the call's ``deadline`` is
+    not begun, nor, for a direct call, one longer than ``Timeout.pool`` (``PoolTimeoutError``);
+    a token taken for a request that is then not sent is given back.
 
-    :raises ConfigurationError: for a ``per_second`` that is not a positive finite number, or a
-        ``burst`` that is not an integer of at least 1.
+    The client and every client made by ``with_options`` share it. Its state, for a progress bar
+    or a metric: ``tokens`` and ``waiting``. It belongs to one event loop.
+
+    Raises:
+        ConfigurationError: for a ``per_second`` that is not a positive finite number, or a
+            ``burst`` that is not an integer of at least 1.
     """
 
     def __init__(self, per_second: float, *, burst: int = 1) -> None:
         self.per_second: float = check_positive("per_second", per_second, unit="")
         self.burst: int = check_number("burst", burst, minimum=1, error=ConfigurationError)
-        #: How many attempts wait for a token now.
+        #: How many requests wait for a token now.
         self.waiting = 0
         self._tokens = float(burst)
         self._stamp = -math.inf  # the clock's time of ``_tokens``: before any, it is full
-        self._lock = asyncio.Lock()  # the queue of waiting attempts: first come, first served
+        self._lock = asyncio.Lock()  # the queue of waiting requests: first come, first served
 
     def _refill(self) -> float:
         now = _clock()
@@ -793,11 +801,16 @@ class RateLimit:
         self._stamp = now
         return self._tokens
 
-    tokens = property(_refill, doc="Tokens now, with a fraction; read in the client's event loop.")
+    @property
+    def tokens(self) -> float:
+        """The tokens in the bucket now, with a fraction."""
+        return self._refill()
 
-    def wait(self) -> float:
-        """Seconds an attempt asking now would wait for its token (after every waiting one)."""
-        return max(0.0, self.waiting + 1 - self._refill()) / self.per_second
+    def wait(self, after: float = 0.0) -> float:
+        """Seconds a request asking ``after`` seconds from now would wait for its token (after
+        every one waiting now)."""
+        tokens = min(self.burst, self._refill() + after * self.per_second)
+        return max(0.0, self.waiting + 1 - tokens) / self.per_second
 
     async def take(self) -> None:
         """Take a token, waiting for it in turn; a wait cancelled takes none."""
@@ -812,6 +825,10 @@ class RateLimit:
         # Taken with no await since the wait ended, so that a cancelled wait takes nothing; a
         # timer may end a hair early, leaving the bucket that hair below 0 (the next one waits).
         self._tokens -= 1
+
+    def give_back(self) -> None:
+        """Put back the token of a request that was not sent (never above ``burst``)."""
+        self._tokens = min(self.burst, self._refill() + 1)
 
     def __repr__(self) -> str:
         return f"RateLimit(per_second={self.per_second:g}, burst={self.burst})"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
 from . import _protocol as protocol
-from ._checks import check_number, check_positive
+from ._checks import check_number, check_positive, running_loop
 from ._errors import AsyncSearchError, ConfigurationError
+from ._protocol import Secrets
 from ._tracing import ENV_TRACE_CONTENT, Tracing
 
 if TYPE_CHECKING:
@@ -249,34 +250,63 @@ CALL_CHANGES: Final = {"middlewares": "extra_middlewares"}
 _NO_TRACING: Final = Tracing(base_url="", enabled=False, content=False)
 
 
-class _Secret:
+class _Key:
     """Holds the API key, or the function giving it, so that no repr, log or traceback shows it.
 
     With a ``provider`` (``api_key=`` a sync or async function returning the key), ``get()`` is
-    the key it returned last ("" before its first answer) and ``asked`` counts its answers.
+    the key it returned last ("" before its first answer) and ``asked`` counts its answers. An
+    async provider is asked one question at a time: a call that asks while a question is in
+    flight takes that question's answer (or its error).
     """
 
-    __slots__ = ("_lock", "_value", "asked", "provider")
+    __slots__ = ("_flight", "_value", "asked", "provider")
 
     def __init__(self, value: str, provider: Callable[[], str | Awaitable[str]] | None = None):
         self._value = value
         self.provider = provider
         self.asked = 0
-        self._lock = asyncio.Lock()  # one question to the provider at a time
+        self._flight: asyncio.Future[tuple[str, int]] | None = None
 
     def get(self) -> str:
         return self._value
 
     async def ask(self, after: int | None) -> tuple[str, int]:
-        """The provider's latest key and its answer's number: asked now, unless it has answered
-        since its answer number ``after`` (``None``: asked in any case)."""
-        async with self._lock:
-            if self.provider is not None and after in (None, self.asked):
-                key = self.provider()
-                key = await key if isinstance(key, Awaitable) else key
-                self._value = _check_text("the key the api_key provider returned", key)
-                self.asked += 1
-            return self._value, self.asked
+        """The provider's latest key and its answer's number: asked now (or the question in
+        flight joined), unless it has answered since its answer number ``after`` (``None``:
+        asked in any case).
+
+        The provider's error is raised as it raised it, to every call that asked it.
+        """
+        while self.provider is not None and after in (None, self.asked):
+            flight = self._flight
+            if flight is None:
+                return await self._question()
+            # asyncio.wait, not await: a call that stops waiting leaves the question running.
+            await asyncio.wait((flight,))
+            if not flight.cancelled():  # else the call that asked it stopped: ask again
+                return flight.result()
+        return self._value, self.asked
+
+    async def _question(self) -> tuple[str, int]:
+        """Ask the provider, in this task, for every call that joins meanwhile."""
+        assert self.provider is not None
+        flight = self._flight = running_loop().create_future()
+        try:
+            key = self.provider()
+            key = await key if isinstance(key, Awaitable) else key
+            self._value = _check_text("the key the api_key provider returned", key)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                flight.set_exception(exc)
+                flight.exception()  # retrieved: nobody else may have joined
+            else:
+                flight.cancel()  # this call was cancelled: the others ask again
+            raise
+        finally:
+            self._flight = None
+        self.asked += 1
+        flight.set_result((self._value, self.asked))
+        return self._value, self.asked
 
     def __repr__(self) -> str:
         return "<secret>"
@@ -292,7 +322,7 @@ class Options:
     client's (``query`` and ``body`` are a call's ``extra_query`` and ``extra_body``).
     """
 
-    api_key: _Secret
+    api_key: _Key
     base_url: str
     base_id: str | None
     timeout: Timeout
@@ -309,15 +339,21 @@ class Options:
     trace_content: bool | None
     #: Sent as ``User-Agent``; set by the client (the transport knows the aiohttp version).
     user_agent: str = field(default="", repr=False)
+    #: The proxy's credentials in every form (``Transport.secrets``), set by the client.
+    proxy_secrets: frozenset[str] = field(default=frozenset(), repr=False)
     query: tuple[tuple[str, str], ...] = ()
     body: Mapping[str, Any] | None = None
     # Derived by merge, once per client or call instead of once per request.
     headers_without_body: Mapping[str, str] = field(default_factory=dict, repr=False)
     headers_with_body: Mapping[str, str] = field(default_factory=dict, repr=False)
     tracer: Tracing = field(default_factory=lambda: _NO_TRACING, repr=False)
+    #: What is scrubbed from an error of a call: the proxy's secrets and every key it sent.
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
 
     @classmethod
-    def make(cls, values: Mapping[str, Any], *, user_agent: str) -> Options:
+    def make(
+        cls, values: Mapping[str, Any], *, user_agent: str, proxy_secrets: frozenset[str]
+    ) -> Options:
         """The options of a new client: its keywords (``OptionChanges``, all of them), checked."""
         blank: dict[str, Any] = {
             **dict.fromkeys(OPTION_NAMES - _RETRY_SHORTHANDS),
@@ -325,7 +361,8 @@ class Options:
             "retry": DEFAULT_RETRY,
             "middlewares": (),
         }
-        return cls(**blank, user_agent=user_agent).merge(values, function="AsyncSearchClient")
+        made = cls(**blank, user_agent=user_agent, proxy_secrets=proxy_secrets)
+        return made.merge(values, function="AsyncSearchClient")
 
     def merge(
         self,
@@ -373,7 +410,8 @@ class Options:
         """These options sending ``key``: a call's, of a client whose ``api_key`` is a provider."""
         names = ("headers_without_body", "headers_with_body")
         headers: dict[str, Any] = {n: {**getattr(self, n), "X-Api-Key": key} for n in names}
-        return replace(self, api_key=_Secret(key), **headers)
+        # The keys sent before in this call stay secrets too.
+        return replace(self, api_key=_Key(key), secrets=self.secrets.plus(key), **headers)
 
     def apply(self, request: Request[T]) -> Request[T]:
         """The request with this call's ``extra_query`` and ``extra_body``."""
@@ -395,6 +433,7 @@ def _derive(values: dict[str, Any], old: Options) -> Options:
             )
             for has_body in (False, True)
         )
+        values["secrets"] = Secrets({*values["proxy_secrets"], values["api_key"].get()})
     if any(values[name] != getattr(old, name) for name in ("base_url", "tracing", "trace_content")):
         content = values["trace_content"]
         if content is None:
@@ -409,9 +448,9 @@ def _check(name: str, value: Any, old: Options, error: type[AsyncSearchError]) -
     """The change ``name`` (a keyword of a client or of a call) checked; ``error`` if bad."""
     match name:
         case "api_key":
-            if isinstance(value, _Secret):
+            if isinstance(value, _Key):
                 return value
-            return _Secret("", value) if callable(value) else _Secret(_check_text(name, value))
+            return _Key("", value) if callable(value) else _Key(_check_text(name, value))
         case "base_url":
             return value  # checked by merge, with allow_http
         case "base_id":

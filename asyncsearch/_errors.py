@@ -6,10 +6,11 @@
                                         ``.request_id`` once an answer came,
                                         ``.retries_stopped`` when retries ended early
     ├── APIConnectionError              no usable HTTP answer (refused, reset, TLS, bad framing)
-    │   └── APITimeoutError             connect, read or total timeout of an attempt, or
-    │       │                           the call's ``deadline`` (that one not retried)
-    │       └── PoolTimeoutError        no free pooled connection within ``Timeout.pool``
-    │                                   (never retried)
+    │   ├── APITimeoutError             connect, read or total timeout of an attempt, or
+    │   │   │                           the call's ``deadline`` (that one not retried)
+    │   │   └── PoolTimeoutError        no free pooled connection (or rate-limit token) within
+    │   │                               ``Timeout.pool`` (never retried)
+    │   └── ProxyError                  the proxy refused (``.status_code``); nothing was sent
     ├── APIStatusError                  the service answered with a non-2xx status
     │   ├── BadRequestError             400
     │   ├── AuthenticationError         401
@@ -27,10 +28,13 @@
     │   └── EventLoopMismatchError      the client is used, or closed, from another event loop
     │                                   than the one of its first request
     ├── MiddlewareError                 a client middleware sent one request twice (not retried)
+    ├── KeyProviderError                the ``api_key`` provider raised, in a bulk call (a direct
+    │                                   call raises the provider's own error)
     └── WaitTimeoutError                ``wait_for_extraction`` ran out of time (also TimeoutError)
 
-No message, ``str()`` or ``repr()`` of these ever contains the API key: the key travels in a header,
-headers are never copied into errors, and URLs are stripped of any user info.
+No message, ``str()``, ``repr()``, argument or attribute of these (nor of an error they lead to
+through ``__cause__`` and ``__context__``) contains the API key or a proxy's credentials: every
+error leaves the client through one boundary, where they are scrubbed (``_protocol.Secrets``).
 
 An error raised after the service answered (a status error, a body that does not fit, a body
 too large) carries the answer's ``X-Request-Id`` (or ``Request-Id``) in ``request_id`` and in
@@ -131,6 +135,24 @@ class APIConnectionError(AsyncSearchError):
         self.request_sent = request_sent
 
 
+class ProxyError(APIConnectionError):
+    """The proxy between the client and the service refused the request; nothing reached the
+    service (``request_sent`` is False).
+
+    ``status_code`` is the proxy's answer: to the ``CONNECT`` of an ``https://`` service's tunnel
+    (any status), or to a plain-http request (407 only: another status cannot be told from the
+    service's own). A 407 (the proxy wants other credentials) is never retried, and stops a bulk
+    call the way a 401 does; another status (a 502: the proxy could not reach the service) is
+    retried as a connection that failed before sending is.
+    """
+
+    def __init__(self, message: str, *, status_code: int, attempts: int | None = None) -> None:
+        super().__init__(
+            message, attempts=attempts, retryable=status_code != 407, request_sent=False
+        )
+        self.status_code = status_code
+
+
 class APITimeoutError(APIConnectionError):
     """An attempt ran past its connect, read or total timeout."""
 
@@ -145,7 +167,8 @@ class APITimeoutError(APIConnectionError):
 
 
 class PoolTimeoutError(APITimeoutError):
-    """No connection of the client's pool became free within ``Timeout.pool``.
+    """No connection of the client's pool became free within ``Timeout.pool``, or the client's
+    ``RateLimit`` would have held a direct call's request longer than that.
 
     The request was never sent; it is never retried and costs no retry budget.
     """
@@ -289,6 +312,15 @@ class MiddlewareError(AsyncSearchError):
 
     The request went out once and was answered; asyncsearch sends each attempt once and makes
     its retries itself, so it is not retried. (A middleware's own exception is raised as it is.)
+    """
+
+
+class KeyProviderError(AsyncSearchError):
+    """The ``api_key`` provider raised while a bulk call asked it for the key; its error is the
+    ``__cause__``.
+
+    The bulk call stops there, as after a 401: the ids not sent yet fail with it too, and the
+    provider is not asked again. (A direct call raises the provider's own error as it is.)
     """
 
 

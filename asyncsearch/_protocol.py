@@ -857,6 +857,139 @@ def redirect_target(current_url: str, location: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Secrets: scrubbed from whatever leaves the client
+# ---------------------------------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+#: Request headers whose value is a credential: scrubbed by name wherever such a header shows,
+#: whoever set it (a proxy of ``trust_env`` or of a caller's session, which the client never
+#: sees, sends its credentials in ``Proxy-Authorization`` too).
+SECRET_HEADERS = frozenset({"x-api-key", "proxy-authorization"})
+# Such a header quoted in a text: a repr of a dict of headers, a raw header block.
+_HEADER_TEXT = (
+    r"((?:x-api-key|proxy-authorization)['\"]?\s*[:=,]\s*['\"]?)(?!\[redacted\])[^'\"\r\n,;})\]]+"
+)
+_HEADER_IN_TEXT = re.compile(_HEADER_TEXT, re.IGNORECASE)
+_HEADER_IN_BYTES = re.compile(_HEADER_TEXT.encode(), re.IGNORECASE)
+
+
+class Secrets:
+    """The credentials a call sends, in every form they take, as one set to scrub.
+
+    The API key, and a proxy's credentials (its password, ``user:password`` raw and
+    percent-encoded, their base64, the ``Proxy-Authorization`` value); on top of those, the value
+    of any ``X-Api-Key`` or ``Proxy-Authorization`` header, by name. ``scrub`` is the one place
+    they are taken out of an error on its way to the caller.
+    """
+
+    __slots__ = ("texts",)
+
+    def __init__(self, texts: Collection[str] = ()) -> None:
+        # Longest first, so that "user:password" goes before the password alone.
+        self.texts = tuple(sorted({text for text in texts if text}, key=len, reverse=True))
+
+    def plus(self, *texts: str) -> Secrets:
+        """These secrets and ``texts``."""
+        return Secrets({*self.texts, *texts})
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret, and every credential header's value, replaced."""
+        for secret in self.texts:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return _HEADER_IN_TEXT.sub(r"\1" + REDACTED, text)
+
+    def _redact_bytes(self, data: bytes) -> bytes:
+        for secret in self.texts:
+            data = data.replace(secret.encode(), REDACTED.encode())
+        return _HEADER_IN_BYTES.sub(rb"\1" + REDACTED.encode(), data)
+
+    def scrubbed(self, value: Any, *, shown: bool = True, depth: int = 0) -> Any:
+        """``value`` if it shows no secret, else a scrubbed copy of the same type.
+
+        ``str``, ``bytes``, ``bytearray``, mappings (a credential header's value replaced by
+        name), lists, tuples (a named one too) and sets are copied as they are; another object
+        whose ``repr`` shows a secret becomes that scrubbed ``repr`` (only when ``shown``: an
+        exception's arguments, which its text shows), never changed in place.
+        """
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, bytes | bytearray):
+            clean = self._redact_bytes(bytes(value))
+            return value if clean == value else type(value)(clean)
+        if value is None or isinstance(value, bool | int | float | BaseException) or depth > 8:
+            return value  # nothing to show a secret, or walked on its own (an exception)
+        if isinstance(value, Mapping):
+            items = [
+                (
+                    key,
+                    REDACTED
+                    if str(key).lower() in SECRET_HEADERS
+                    else self.scrubbed(item, shown=shown, depth=depth + 1),
+                )
+                for key, item in value.items()
+            ]
+            if all(new is old for (_, new), old in zip(items, value.values(), strict=True)):
+                return value
+            if isinstance(value, CIMultiDictProxy | CIMultiDict):
+                copy: Any = CIMultiDict(items)
+                return CIMultiDictProxy(copy) if isinstance(value, CIMultiDictProxy) else copy
+            if isinstance(value, dict):
+                return dict(items) if type(value) is dict else _remade(value, items, dict)
+        elif isinstance(value, list | tuple | set | frozenset):
+            parts = [self.scrubbed(item, shown=shown, depth=depth + 1) for item in value]
+            if all(new is old for new, old in zip(parts, value, strict=True)):
+                return value
+            if hasattr(value, "_make"):  # a named tuple (aiohttp's RequestInfo)
+                return value._make(parts)
+            return _remade(value, parts, type(value).__mro__[-2])
+        if not shown:
+            return value
+        shows = repr(value)
+        scrubbed = self.redact(shows)
+        return value if scrubbed == shows else scrubbed
+
+    def scrub(self, error: BaseException) -> None:
+        """Take the secrets out of ``error`` and all it leads to: its arguments, notes and
+        attributes (``message``, ``headers``, ``request_info``, ``body``, ...), its cause, its
+        context and a group's members. The error stays the same object; what it holds that shows
+        a secret is replaced by a scrubbed copy, so that no object of the caller's is changed."""
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [error]
+        while todo:
+            exc = todo.pop()
+            if exc is None or id(exc) in seen:
+                continue
+            seen.add(id(exc))
+            exc.args = self.scrubbed(exc.args)
+            for name, value in list(getattr(exc, "__dict__", {}).items()):
+                if name != "__traceback__":
+                    setattr(exc, name, self.scrubbed(value, shown=name == "__notes__"))
+            group = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
+            todo += (exc.__cause__, exc.__context__, *group)
+
+    def __repr__(self) -> str:
+        return f"<{len(self.texts)} secrets>"
+
+
+def _remade(value: Any, parts: Any, base: type[Any]) -> Any:
+    """A container of ``value``'s own type holding ``parts``, else of the ``base`` type."""
+    try:
+        return type(value)(parts)
+    except Exception:
+        return base(parts)
+
+
+def proxy_secrets(login: str, password: str, *raw: str) -> set[str]:
+    """The forms of a proxy's credentials besides their header: the password and
+    ``user:password``, as given and percent-encoded (``raw``: as a URL gave them)."""
+    if not password:
+        return set(raw)
+    encoded = quote(password, safe="")
+    return {password, encoded, f"{login}:{password}", f"{quote(login, safe='')}:{encoded}", *raw}
+
+
+# ---------------------------------------------------------------------------------------------
 # Status errors, Retry-After and the retry decision
 # ---------------------------------------------------------------------------------------------
 
@@ -872,15 +1005,10 @@ _STATUS_ERRORS: dict[int, type[_errors.APIStatusError]] = {
 _MAX_ERROR_TEXT = 4096
 
 
-def redact(text: str, secret: str | None) -> str:
-    """Replace every occurrence of ``secret`` in ``text``."""
-    return text.replace(secret, "[redacted]") if secret else text
-
-
-def _error_body(body: bytes, secret: str | None) -> Any:
+def _error_body(body: bytes) -> Any:
     if not body:
         return None
-    text = redact(body[:_MAX_ERROR_TEXT].decode("utf-8", "replace"), secret)
+    text = body[:_MAX_ERROR_TEXT].decode("utf-8", "replace")
     if len(body) <= _MAX_ERROR_TEXT:
         with suppress(msgspec.DecodeError):
             return msgspec.json.decode(text)
@@ -904,21 +1032,21 @@ def status_error(
     *,
     method: str,
     attempts: int | None,
-    secret: str | None,
     retry_after: float | None = None,
     reason: str | None = None,
 ) -> _errors.APIStatusError:
-    """The typed error for a response that is not a success."""
+    """The typed error for a response that is not a success (its secrets are scrubbed where it
+    leaves the client: ``Secrets.scrub``)."""
     status = response.status
     default = _errors.InternalServerError if status >= 500 else _errors.APIStatusError
     cls = _STATUS_ERRORS.get(status, default)
-    body = _error_body(response.body, secret)
+    body = _error_body(response.body)
     phrase = responses.get(status, "Unknown Status")
-    url = redact(_strip_userinfo(response.url), secret)
+    url = _strip_userinfo(response.url)
     message = f"{status} {phrase} from {method} {urlsplit(url).path or '/'}"
     detail = reason or _error_detail(body)
     if detail:
-        message += ": " + redact(detail, secret)
+        message += ": " + detail
     error = cls(
         message,
         status_code=status,
@@ -930,8 +1058,7 @@ def status_error(
     )
     if isinstance(error, _errors.RateLimitError):
         error.retry_after = retry_after
-    rid = request_id(response.headers)
-    error.request_id = None if rid is None else redact(rid, secret)
+    error.request_id = request_id(response.headers)
     return error
 
 

@@ -1,13 +1,16 @@
 """The one place that touches aiohttp: owns the session, sends one attempt, maps every error.
 
-One attempt means: take a free connection of the pool (``_concurrency.Slots``, the concurrency
-layer's one first-come-first-served count, which knows nothing of aiohttp: a direct call waits at
-most ``Timeout.pool``, a bulk call without a limit), send the request, follow same-origin redirects
-(never carrying the key anywhere else), read the whole body under ``max_response_bytes`` and hand
-back a ``Response`` value. What happened on the wire is recorded where it happens, by the SDK's
-own innermost aiohttp middleware (``_Wire``), and read from there: whether the request went out,
-whether an answer came, and a second send (refused). Every aiohttp and OS error becomes an
-asyncsearch error; a middleware's own error stays its own; the key is scrubbed from all of it.
+``Transport.send`` runs phases 2 to 6 of an attempt (see ``_call``, whose docstring is the
+contract of the whole order): it takes a free connection of the pool (``_concurrency.Slots``, a
+first-come-first-served count that knows nothing of aiohttp: a direct call waits at most
+``Timeout.pool``, a bulk call without a limit), then, before each request of the attempt (a
+same-origin redirect followed is another, never carrying the key anywhere else), lets the call
+``admit`` it (its rate-limit token) and sends it; the final answer's body is read under
+``max_response_bytes``. What happened is written in the attempt's record (``Attempt``) where it
+happens: the SDK's own innermost aiohttp middleware (``Attempt.__call__``) sees each request go out
+and its answer's head come back, and refuses a second send. ``classify`` reads that record to tell
+an aiohttp error (translated, ``request_sent`` as recorded) from a middleware's own (raised as it
+is). Secrets are scrubbed where an error leaves the client, not here.
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ import functools
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import anyio
 import yarl
 from aiohttp import http_exceptions
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from ._checks import running_loop
 from ._concurrency import Slots
@@ -41,10 +43,18 @@ from ._errors import (
     EventLoopMismatchError,
     MiddlewareError,
     PoolTimeoutError,
+    ProxyError,
     ResponseTooLargeError,
     ResponseValidationError,
 )
-from ._protocol import Request, Response, redact, redirect_target, request_id, status_error
+from ._protocol import (
+    Request,
+    Response,
+    proxy_secrets,
+    redirect_target,
+    request_id,
+    status_error,
+)
 from ._version import __version__
 
 USER_AGENT = (
@@ -52,7 +62,6 @@ USER_AGENT = (
     f"{sys.version_info.micro} aiohttp/{aiohttp.__version__}"
 )
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_SECRET_HEADERS = frozenset({"x-api-key", "proxy-authorization"})
 _CHUNK = 64 * 1024
 #: How much of an error body is kept: enough for any message, small enough to never matter.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -71,27 +80,39 @@ _SessionInflateLimitError: type[Exception] | tuple[()] = getattr(
 _client_timeout = functools.lru_cache(maxsize=32)(aiohttp.ClientTimeout)
 
 
-class _Wire:
-    """What one request did on the wire, recorded by the SDK's own client middlewares.
+#: The phases of an attempt the record tells apart (see ``_call``): what it was doing last.
+PREPARE, CONNECTION, ADMIT, SEND, READ = range(1, 6)
 
-    aiohttp calls the middlewares of ``session.request`` around the step that connects, writes
-    the request and reads the answer's head (its public middleware API, 3.12+). ``__call__`` is
-    the innermost one and sees exactly that step: ``sends`` counts the times it was asked to run
-    (a second one is refused: aiohttp resends an idempotent request once by itself when a
-    kept-alive connection fails, and a middleware may call ``handler()`` twice; the client's own
-    retry loop decides retries, and counts them), ``response`` is the answer once its head came
+
+class Attempt:
+    """The record of one attempt: how far it got, written where each phase happens.
+
+    ``phase`` is the phase under way. ``admitted`` counts the requests of the attempt its rate
+    limit let out, ``sent`` those that went out (aiohttp ran its step that connects, writes the
+    request and reads the answer's head: with a caller's session, which runs no recorder, every
+    request handed to aiohttp), ``answered`` those whose answer's head came back.
+
+    For the request under way, the SDK's own client middlewares record what aiohttp did:
+    ``__call__`` is the innermost one and sees exactly that step (``sends`` counts the times it
+    was asked to run: a second one is refused, since aiohttp resends an idempotent request once
+    by itself when a kept-alive connection fails, and a middleware may call ``handler()`` twice;
+    the client's own retry loop decides retries), ``response`` is the answer once its head came
     back, ``error`` what the step raised. ``outer``, the outermost one (with middlewares of the
-    client only: ``__call__`` is alone otherwise, and outermost too), keeps a middleware's
-    own connection error raised after the answer from aiohttp, which would take it for a stale
-    connection and run every middleware again. ``earlier``: an earlier request of the attempt (a
-    redirect) was answered. Nothing is inferred later from an exception's type that this saw
-    happen. (aiohttp's TraceConfig signals could record it too, at ~15% of a request's CPU.)
+    client only: ``__call__`` is alone otherwise, and outermost too), keeps a middleware's own
+    connection error raised after the answer from aiohttp, which would take it for a stale
+    connection and run every middleware again. (aiohttp's TraceConfig signals could record it
+    too, at ~15% of a request's CPU.)
     """
 
-    __slots__ = ("cancelled", "earlier", "error", "response", "sends")
+    __slots__ = ("admitted", "answered", "cancelled", "error", "phase", "response", "sends", "sent")
 
-    def __init__(self, earlier: bool) -> None:
-        self.earlier = earlier
+    def __init__(self) -> None:
+        self.phase = PREPARE
+        self.admitted = self.sent = self.answered = 0
+        self.next_request()
+
+    def next_request(self) -> None:
+        """Begin recording the next request of the attempt."""
         self.cancelled = False  # a cancellation went through every middleware (aiohttp's timer)
         self.sends = 0
         self.response: aiohttp.ClientResponse | None = None
@@ -110,12 +131,14 @@ class _Wire:
         self.sends += 1
         if self.sends > 1:  # what is raised does not matter: the record says what happened
             raise RuntimeError("asyncsearch sends a request once per attempt")
+        self.sent += 1
         try:
             self.response = await handler(request)
         except BaseException as exc:
             self.error = exc
             self.cancelled = isinstance(exc, asyncio.CancelledError)  # outer has the last say
             raise
+        self.answered += 1
         return self.response
 
     async def outer(
@@ -155,7 +178,9 @@ class Transport:
             raise ConfigurationError("proxy cannot be given with session=, which has its own")
         if not isinstance(proxy_auth, aiohttp.BasicAuth | None) or (proxy_auth and not proxy):
             raise ConfigurationError("proxy_auth must be an aiohttp.BasicAuth, given with proxy=")
-        self._proxy, self._proxy_headers = _proxy_of(proxy, proxy_auth)
+        self._proxy, self._proxy_headers, forms = _proxy_of(proxy, proxy_auth)
+        #: The proxy's credentials in every form the client knows them (see ``Secrets``).
+        self.secrets = frozenset(forms)
         self._session = session
         #: True when the session is this transport's own (no ``session=`` was passed).
         self.owns_session = session is None
@@ -236,31 +261,54 @@ class Transport:
             await session.close()  # does nothing when it is closed already
 
     async def send(
-        self, request: Request[Any], options: Options, *, bulk: bool = False
+        self,
+        request: Request[Any],
+        options: Options,
+        record: Attempt,
+        *,
+        bulk: bool = False,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> Response:
         """Send one attempt of ``request`` under a call's ``options``; the final response, read.
 
-        From ``options``: the base URL, headers, ``timeout``, the body's cap, redirects, ``ssl``,
-        the key (scrubbed from errors) and the ``middlewares`` run on each request sent (a
-        redirect followed is another; none given, the session's own run).
-        ``bulk``: wait for a connection of the pool without ``Timeout.pool`` (a bulk call's
-        requests queue for it; their deadline and closing the client still end the wait).
+        Args:
+            request: what to send.
+            options: the call's: the base URL, headers, ``timeout``, the body's cap, redirects,
+                ``ssl`` and the ``middlewares`` run on each request sent (a redirect followed is
+                another; none given, the session's own run).
+            record: the attempt's record, written as each phase happens.
+            bulk: wait for a connection of the pool without ``Timeout.pool`` (a bulk call's
+                requests queue for it; their deadline and closing the client still end the wait).
+            admit: awaited before each request goes out, with its connection in hand (the call's
+                rate limit).
 
-        Raises ``APIConnectionError``/``APITimeoutError`` for transport failures,
-        ``PoolTimeoutError`` when no pooled connection frees up within ``timeout.pool`` (nothing
-        was sent), ``ResponseTooLargeError`` past the size cap, ``APIStatusError`` for a redirect
-        loop, ``MiddlewareError`` for a middleware that sent the request twice, a middleware's
-        own error as it raised it, and ``ClientClosedError`` when the client is (or gets) closed.
+        Raises:
+            APIConnectionError: the request failed on the wire (``APITimeoutError`` for its
+                timeouts, ``ProxyError`` when the proxy refused it).
+            PoolTimeoutError: no pooled connection freed up within ``timeout.pool`` (nothing was
+                sent).
+            ResponseTooLargeError: the body passed the size cap.
+            APIStatusError: a redirect loop.
+            MiddlewareError: a middleware sent the request twice.
+            ClientClosedError: the client is (or gets) closed.
+            Exception: a middleware's own error, as it raised it.
         """
         session = self._get_session()
         pool = self.pool
+        record.phase = CONNECTION
         if pool is not None and not pool.take():
             await _wait_for(pool, None if bulk else options.timeout.pool)
         try:
             # Only now, with a connection of the pool, do ``total`` (aiohttp's timer, armed by
             # session.request) and ``elapsed`` start.
             return await _follow_redirects(
-                session, request, options, record=pool is not None, proxy=self._proxy_headers
+                session,
+                request,
+                options,
+                record,
+                admit,
+                own=pool is not None,
+                proxy=self._proxy_headers,
             )
         except Exception as exc:
             # Closed while in flight: the closing broke the attempt, whatever it raised then (an
@@ -300,14 +348,16 @@ async def _follow_redirects(
     session: aiohttp.ClientSession,
     request: Request[Any],
     options: Options,
+    record: Attempt,
+    admit: Callable[[], Awaitable[None]] | None,
     *,
-    record: bool,
+    own: bool,
     proxy: Mapping[str, str] | None = None,
 ) -> Response:
     """Send the attempt, following same-origin redirects, and read the final response.
 
-    With ``record`` (the SDK's own session) each request sent runs the client's middlewares with
-    a ``_Wire`` inside them; a caller's session runs its own middlewares, unrecorded.
+    On the SDK's ``own`` session each request sent runs the client's middlewares with the
+    record's recorders around and inside them; a caller's session runs its own, unrecorded.
     """
     method, url, body = request.method, options.base_url + request.target, request.body
     headers = options.headers_without_body if body is None else options.headers_with_body
@@ -319,13 +369,19 @@ async def _follow_redirects(
     client_timeout = _client_timeout(
         total=timeout.total, sock_connect=timeout.connect, sock_read=timeout.read
     )
-    secret = options.api_key.get()
     inflate = not session.auto_decompress  # else the session inflates, aiohttp's default
     started = time.monotonic()
     status = 0
-    answered = False  # an earlier request of this attempt (a redirect) was answered
-    for _ in range(options.max_redirects + 1):
-        wire = _Wire(answered) if record else None
+    for hop in range(options.max_redirects + 1):
+        if admit is not None:
+            record.phase = ADMIT
+            await admit()
+            record.admitted += 1
+        record.phase = SEND
+        if hop:
+            record.next_request()
+        if not own:
+            record.sent += 1  # handed to aiohttp: all a caller's session lets us know
         try:
             async with session.request(
                 method,
@@ -337,8 +393,12 @@ async def _follow_redirects(
                 ssl=options.ssl if options.ssl is not None else True,
                 proxy_headers=proxy,  # the proxy's credentials, when the client has a proxy
                 # None: a caller's session runs its own (a list here would replace them).
-                middlewares=None if wire is None else wire.chain(options.middlewares),
+                middlewares=record.chain(options.middlewares) if own else None,
             ) as resp:
+                record.phase = READ
+                if not record.sends:  # no recorder ran: a caller's session, or a test's mock
+                    record.sent += 0 if not own else 1  # a caller's was counted as handed over
+                    record.answered += 1
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
@@ -347,21 +407,20 @@ async def _follow_redirects(
                     except AsyncSearchError:
                         raise
                     except Exception as exc:  # reading the body: the request went out
-                        raise _translate(exc, secret, sent=True) from exc
+                        raise _translate(exc, sent=True) from exc
                 status = resp.status
                 resp.release()
         except AsyncSearchError:
             raise
         except Exception as exc:
-            failure = _failure(exc, wire, secret)
-            if wire is not None and wire.response is not None:
-                wire.response.close()  # an answer a failing middleware held keeps no connection
+            failure = classify(exc, record if own else None)
+            if record.response is not None:
+                record.response.close()  # an answer a failing middleware held keeps no connection
             if failure is exc:
                 raise
             if not isinstance(exc, _Kept):
-                raise failure from (exc if wire is None or wire.error is None else wire.error)
+                raise failure from (exc if not own or record.error is None else record.error)
         else:
-            answered = True
             if status == 303 or (status in (301, 302) and method == "POST"):
                 method, body = "GET", None
             url = target
@@ -371,65 +430,74 @@ async def _follow_redirects(
         Response(status=status, headers={}, body=b"", url=url),
         method=request.method,  # the call's, as in every status error (a 303 sent a GET)
         attempts=None,
-        secret=secret,
         reason=f"more than {options.max_redirects} redirects (a redirect loop?)",
     )
 
 
 def _proxy_of(
     proxy: object, auth: aiohttp.BasicAuth | None
-) -> tuple[yarl.URL | None, Mapping[str, str] | None]:
-    """The proxy's URL, and its credentials as the ``Proxy-Authorization`` header sent with each
-    request: those in its URL move there, where no error of aiohttp quotes them. (Made here, not
-    by aiohttp's ``BasicAuth`` or its ``proxy_auth``, both deprecated by aiohttp 3.14.) A proxy
-    that is not an http(s) URL is refused without quoting it."""
+) -> tuple[yarl.URL | None, Mapping[str, str] | None, set[str]]:
+    """The proxy's URL, its credentials as the ``Proxy-Authorization`` header sent with each
+    request, and every form of them to scrub (``Secrets``).
+
+    Credentials in its URL move to the header, where no error of aiohttp quotes them. (Made here,
+    not by aiohttp's ``BasicAuth`` or its ``proxy_auth``, both deprecated by aiohttp 3.14.) A proxy
+    that is not an http(s) URL is refused without quoting it.
+    """
     try:
         url = None if proxy is None else yarl.URL(proxy)  # type: ignore[arg-type]  # checked
     except (TypeError, ValueError):
         url = yarl.URL()
     if url is not None and (url.scheme not in ("http", "https") or not url.host):
         raise ConfigurationError("proxy must be an http:// or https:// URL (a str or a yarl.URL)")
+    header, forms = None, set()
     if url is not None and url.user is not None:
-        login, password, url = url.user, url.password or "", url.with_user(None)
-        credentials = base64.b64encode(f"{login}:{password}".encode()).decode()
-        return url, {"Proxy-Authorization": auth.encode() if auth else f"Basic {credentials}"}
-    return url, None if auth is None else {"Proxy-Authorization": auth.encode()}
+        login, password = url.user, url.password or ""
+        raw = f"{url.raw_user}:{url.raw_password or ''}"
+        forms = proxy_secrets(login, password, raw, url.raw_password or "")
+        header = "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+        url = url.with_user(None)
+    if auth is not None:
+        header = auth.encode()
+        forms |= proxy_secrets(auth.login, auth.password)
+    if header is None:
+        return url, None, forms
+    return url, {"Proxy-Authorization": header}, {*forms, header, header.split(" ")[-1]}
 
 
-def _failure(exc: Exception, wire: _Wire | None, secret: str) -> BaseException:
+def classify(exc: Exception, record: Attempt | None) -> BaseException:
     """What to raise for ``exc``, raised by ``session.request`` (its middlewares included).
 
-    ``wire`` says what happened on the wire (``None``: a caller's session, unrecorded: then the
-    exception's type is all there is). An error that aiohttp raised for the request is
-    translated, ``sent`` as the record shows; one a middleware raised itself (before sending,
-    instead of it, or after the answer) is that middleware's, raised as it is. Whatever is
-    raised, the key is scrubbed from all that ``exc`` carries.
+    ``record`` says what happened on the wire (``None``: a caller's session, unrecorded: then
+    the exception's type is all there is). An error that aiohttp raised for the request is
+    translated, ``request_sent`` as the record shows: only inside the step that connects, writes
+    and reads the head does its type tell whether anything went out. An error a middleware
+    raised itself (before sending, instead of it, or after the answer) is raised as it is.
     """
-    _scrub_chain(exc, secret)
-    if wire is None:
-        return _translate(exc, secret) if isinstance(exc, _AIOHTTP_ERRORS) else exc
+    if record is None:
+        return _translate(exc) if isinstance(exc, _AIOHTTP_ERRORS) else exc
     if isinstance(exc, _Kept) and isinstance(exc.__cause__, Exception):
-        cause, answer = exc.__cause__, wire.response
+        cause, answer = exc.__cause__, record.response
         if isinstance(cause, aiohttp.ClientPayloadError) and answer and answer.content.exception():
             # The answer's body, cut while a middleware read it: the request went out.
-            return _translate(cause, secret, sent=True)
+            return _translate(cause, sent=True)
         return cause
-    if wire.sends > 1:
-        if wire.response is None and isinstance(wire.error, Exception):
-            return _translate(wire.error, secret, sent=True)  # aiohttp's resend, refused
+    if record.sends > 1:
+        if record.response is None and isinstance(record.error, Exception):
+            return _translate(record.error, sent=True)  # aiohttp's resend, refused
         return MiddlewareError(
             "a client middleware sent the request a second time (it called handler() again, "
             "after an answer); asyncsearch sends each attempt once and makes retries itself"
         )
     # aiohttp's total timer: a TimeoutError once its cancellation went through the middlewares
     # (a middleware's own asyncio.timeout raises one too, but stops the cancellation itself).
-    timer = isinstance(exc, TimeoutError) and wire.cancelled
-    inner = wire.error
+    timer = isinstance(exc, TimeoutError) and record.cancelled
+    inner = record.error
     if timer or (inner is not None and (exc is inner or exc.__cause__ is inner)):
-        # Connect-phase errors say by their type that nothing went out, unless a redirect of
-        # this attempt was answered; the timer may have fired before anything was sent.
-        went_out = wire.earlier or wire.response is not None or (timer and wire.sends > 0)
-        return _translate(exc, secret, sent=True if went_out else None if wire.sends else False)
+        # Connect-phase errors say by their type that nothing went out, unless an earlier
+        # request of this attempt was answered; the timer may fire before anything was sent.
+        went_out = record.answered > 0 or record.response is not None or (timer and record.sends)
+        return _translate(exc, sent=True if went_out else None if record.sends else False)
     return exc
 
 
@@ -453,7 +521,7 @@ async def _response(
         try:
             content = await _read_body(resp, limit, inflate)
         except AsyncSearchError as exc:  # too large, or an unknown encoding
-            exc.request_id = request_id(scrub_headers(resp.headers, options.api_key.get()))
+            exc.request_id = request_id(resp.headers)
             raise
     else:
         # An error body only feeds the error's message: a huge one (a proxy's HTML page) is cut,
@@ -573,75 +641,13 @@ def _too_large(limit: int) -> ResponseTooLargeError:
     )
 
 
-def _scrub_chain(exc: BaseException, secret: str) -> None:
-    """Remove the key from ``exc`` and every cause and context it carries: request headers kept by
-    aiohttp's errors, and any argument or note quoting it (a middleware may raise
-    ``RuntimeError("boom", dict(request.headers))``)."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        error = todo.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        info = getattr(error, "request_info", None)
-        if isinstance(info, aiohttp.RequestInfo):
-            clean: CIMultiDict[str] = CIMultiDict(
-                (k, "[redacted]" if k.lower() in _SECRET_HEADERS else redact(v, secret))
-                for k, v in info.headers.items()
-            )
-            scrubbed = aiohttp.RequestInfo(
-                info.url, info.method, CIMultiDictProxy(clean), info.real_url
-            )
-            error.request_info = scrubbed  # type: ignore[attr-defined]
-            # The constructor's arguments are kept in .args too (and pickled from there).
-            error.args = tuple(scrubbed if arg is info else arg for arg in error.args)
-        if hasattr(error, "history"):
-            error.history = ()
-        group = error if isinstance(error, BaseExceptionGroup) else None
-        if secret:
-            # A group's second argument is its exceptions, walked below, never replaced.
-            error.args = tuple(
-                arg if group is not None and index else _without(arg, secret)
-                for index, arg in enumerate(error.args)
-            )
-            notes = getattr(error, "__notes__", None)
-            if isinstance(notes, list):
-                notes[:] = [_without(note, secret) for note in notes]
-        todo += (error.__cause__, error.__context__, *(group.exceptions if group else ()))
-
-
-def _without(value: object, secret: str) -> object:
-    """``value``, or its text with the key replaced when the text quotes the key."""
-    if isinstance(value, str):
-        return redact(value, secret)
-    if isinstance(value, bytes | bytearray):  # a body that echoed the request's headers
-        return value.replace(secret.encode(), b"[redacted]")
-    if isinstance(value, int | float | aiohttp.RequestInfo) or value is None:
-        return value  # nothing to quote the key, or scrubbed already
-    text = repr(value)
-    return redact(text, secret) if secret in text else value
-
-
-def scrub_headers(headers: Mapping[str, str], secret: str) -> Mapping[str, str]:
-    """Response headers as received, unless the server echoed the key: then with it replaced."""
-    # ``Transport.send`` returns the headers as received; the client calls this wherever they
-    # leave it (``APIResponse.headers``, the errors it raises).
-    # One search in the joined values instead of one per value; NUL cannot be part of a key
-    # (the client refuses it), so no match can straddle two values.
-    if not secret or secret not in "\x00".join(headers.values()):
-        return headers
-    return CIMultiDictProxy(CIMultiDict((k, redact(v, secret)) for k, v in headers.items()))
-
-
-def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> AsyncSearchError:
+def _translate(exc: Exception, *, sent: bool | None = None) -> AsyncSearchError:
     """Map an aiohttp or OS error to the asyncsearch error a caller can act on.
 
     ``sent``: whether the request went out, as recorded (``None``: judged by the type, as for a
     caller's session: the connect-phase types below say it did not).
     """
-    _scrub_chain(exc, secret)
-    detail = redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, secret)
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     kept = sent is not False  # may have reached the server
     connecting = sent is True  # went out, whatever the type says (a redirect was answered)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
@@ -649,6 +655,12 @@ def _translate(exc: Exception, secret: str, *, sent: bool | None = None) -> Asyn
             f"TLS certificate verification failed (not retried): {detail}",
             retryable=False,
             request_sent=False,
+        )
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        # The proxy's answer to the CONNECT of an https:// service's tunnel: nothing went on.
+        return ProxyError(
+            f"the proxy refused to open a tunnel to the service: {exc.status} {exc.message}",
+            status_code=exc.status,
         )
     # aiohttp raises ConnectionTimeoutError and ClientConnectorError (with its TLS subclasses)
     # only while it opens the connection (DNS, connect, TLS handshake), before any byte of the

@@ -28,7 +28,6 @@ def _status_errors() -> list[AsyncSearchError]:
             protocol.Response(status=status, headers=headers, body=b'{"message": "no"}', url="u"),
             method="GET",
             attempts=2,
-            secret="key",
             retry_after=2.0 if status == 429 else None,
         )
         for status in (400, 401, 403, 404, 409, 418, 422, 429, 500, 503)

@@ -461,7 +461,7 @@ def response(
 )
 def test_status_errors(status: int, cls: type[APIStatusError]) -> None:
     error = protocol.status_error(
-        response(status, b'{"error":{"message":"nope"}}'), method="GET", attempts=1, secret="k"
+        response(status, b'{"error":{"message":"nope"}}'), method="GET", attempts=1
     )
     assert type(error) is cls
     assert error.status_code == status
@@ -474,11 +474,9 @@ def test_status_errors(status: int, cls: type[APIStatusError]) -> None:
 
 def test_status_error_text_body_and_secret_redaction() -> None:
     error = protocol.status_error(
-        response(401, b"<html>invalid key SECRET-123</html>"),
-        method="POST",
-        attempts=1,
-        secret="SECRET-123",
+        response(401, b"<html>invalid key SECRET-123</html>"), method="POST", attempts=1
     )
+    protocol.Secrets({"SECRET-123"}).scrub(error)  # where an error leaves the client
     assert "SECRET-123" not in str(error)
     assert "SECRET-123" not in repr(error)
     assert error.body == "<html>invalid key [redacted]</html>"
@@ -486,7 +484,7 @@ def test_status_error_text_body_and_secret_redaction() -> None:
 
 def test_rate_limit_error_carries_retry_after() -> None:
     error = protocol.status_error(
-        response(429), method="GET", attempts=3, secret=None, retry_after=2.5
+        response(429), method="GET", attempts=3, retry_after=2.5
     )
     assert isinstance(error, RateLimitError)
     assert error.retry_after == 2.5

@@ -172,9 +172,12 @@ async def test_every_attempt_takes_a_token_in_every_kind_of_call(
     assert len(server.seen) == 9
 
 
-async def test_a_token_is_waited_for_before_a_connection_is_taken(
+async def test_a_token_is_waited_for_with_the_connection_in_hand(
     serve: Serve, clock: Clock
 ) -> None:
+    """Issue 45: the token is taken when the request can go out, so that tokens never pile up
+    while the pool is full. The waiting request holds its connection; cancelled, it gives the
+    connection back and takes no token."""
     limit = RateLimit(per_second=1, burst=1)
     server = await serve(jobs())
     options = {"rate_limit": limit, "max_connections": 1}
@@ -184,12 +187,12 @@ async def test_a_token_is_waited_for_before_a_connection_is_taken(
         await until(lambda: limit.waiting == 1)
         pool = client._shared.transport.pool
         assert pool is not None
-        assert pool.take()  # the one connection is free: the waiting attempt holds none
-        pool.release()
-        assert held_connections(client) == 0
+        assert not pool.take()  # the one connection is the waiting request's
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         assert (limit.waiting, limit.tokens) == (0, 0)
+        assert pool.take()  # given back
+        pool.release()
     assert len(server.seen) == 1
 
 
@@ -204,8 +207,10 @@ async def test_a_wait_past_the_deadline_is_not_begun(serve: Serve, clock: Clock)
     error = caught.value
     assert "deadline of 0.5s would pass" in str(error)
     assert "RateLimit(per_second=1, burst=1)" in str(error)
+    assert "it was not sent" in str(error)
     assert error.retryable is False
-    assert error.attempts == 1
+    assert error.request_sent is False
+    assert error.attempts == 0  # none went out
     assert (limit.waiting, limit.tokens) == (0, 0)  # it never waited: no token taken
     assert len(server.seen) == 1
 

@@ -89,7 +89,7 @@ async def test_no_free_connection_within_pool_is_a_pool_timeout_never_sent_retri
             assert isinstance(info.value, APITimeoutError)
             assert not info.value.retryable
             assert not info.value.request_sent  # the server cannot have acted on it
-            assert info.value.attempts == 1
+            assert info.value.attempts == 0  # none went out
             assert "pool" in str(info.value)
             assert "total timeout" not in str(info.value)
             assert len(server.seen) == 2  # never sent
