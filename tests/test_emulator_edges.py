@@ -93,6 +93,32 @@ async def test_the_search_history_keeps_a_digest_of_a_large_image_not_the_image(
     assert kept["image"] == f"<{len(image):,} characters, sha256 {digest}>"
 
 
+async def test_the_search_history_keeps_a_long_string_in_a_list_as_its_digest(
+    emu: ServiceEmulator, http: aiohttp.ClientSession
+) -> None:
+    """Not only a body's top-level strings: one inside a list (here of a field the lenient mode
+    ignores) is kept as its length and digest too, its short neighbours as they are."""
+    long = "q" * 5_000
+    body = {"text": "invoice", "labels": ["short", long, {"deeper": [long]}]}
+    async with http.post("/v2/search", json=body) as response:
+        assert response.status == 200, await response.text()
+    kept = emu.search_history[-1].body
+    shown = f"<5,000 characters, sha256 {hashlib.sha256(long.encode()).hexdigest()}>"
+    assert kept == {"text": "invoice", "labels": ["short", shown, {"deeper": [shown]}]}
+
+
+async def test_the_search_history_keeps_a_string_of_1024_characters_whole(
+    emu: ServiceEmulator, http: aiohttp.ClientSession
+) -> None:
+    """Only strings over 1,024 characters are replaced by their digest."""
+    whole, over = "w" * 1_024, "o" * 1_025
+    async with http.post("/v2/search", json={"text": "a", "whole": whole, "over": over}) as resp:
+        assert resp.status == 200, await resp.text()
+    kept = emu.search_history[-1].body
+    assert kept["whole"] == whole
+    assert kept["over"] == f"<1,025 characters, sha256 {hashlib.sha256(over.encode()).hexdigest()}>"
+
+
 async def test_the_search_history_and_the_request_log_are_capped_by_bytes(
     emu: ServiceEmulator, http: aiohttp.ClientSession
 ) -> None:
