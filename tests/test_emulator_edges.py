@@ -286,6 +286,50 @@ async def test_a_request_held_by_the_emulator_is_never_closed_as_idle() -> None:
         response.release()
 
 
+@pytest.mark.timeout(30)
+async def test_a_keep_alive_connection_that_keeps_sending_is_never_closed() -> None:
+    """A request every 0.3 s on one connection, with ``idle_timeout=2``: past the allowance
+    (an idle connection opened after it is closed meanwhile) and a few looks more, every request
+    went on that one connection."""
+    opened: list[object] = []
+
+    async def count(session: object, context: object, params: object) -> None:
+        opened.append(params)
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_connection_create_end.append(count)
+    async with (
+        ServiceEmulator(api_key=KEY, seed=7, n_resources=5, n_jobs=1, idle_timeout=2) as emu,
+        aiohttp.ClientSession(
+            emu.base_url, headers={"X-Api-Key": KEY}, trace_configs=[tracing]
+        ) as http,
+    ):
+        job = emu.jobs()[0]["id"]
+
+        async def get() -> None:
+            async with http.get(f"/v2/extract/{job}") as response:
+                assert response.status == 200
+
+        await get()
+        # Opened after the kept connection, idle: once it is closed, the kept one has gone past
+        # the allowance too, had its requests not counted.
+        reader, writer = await asyncio.open_connection("127.0.0.1", emu.port)
+        idle_closed = asyncio.create_task(closed_by_server(reader))
+        try:
+            async with asyncio.timeout(WAIT):
+                while not idle_closed.done():
+                    await asyncio.wait({idle_closed}, timeout=0.3)  # the client's own pace
+                    await get()
+                assert await idle_closed == b""
+                for _ in range(4):  # a few looks of the sweeper more (one every 0.2 s)
+                    await asyncio.sleep(0.3)
+                    await get()
+        finally:
+            idle_closed.cancel()
+            writer.close()
+    assert len(opened) == 1
+
+
 def test_the_default_bound_is_the_documented_60_seconds() -> None:
     emu = ServiceEmulator(api_key=KEY)
     assert emu.idle_timeout == IDLE_TIMEOUT
