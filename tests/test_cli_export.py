@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 import pytest_asyncio
 
 from asyncsearch import ExtractionJob
+from asyncsearch._cli import _export
 from asyncsearch.testing import ServiceEmulator
 
 from .cli_helpers import (
@@ -28,6 +32,7 @@ from .cli_helpers import (
     run_cli,
     start_cli,
 )
+from .helpers import turns
 
 N_JOBS = 400
 CONCURRENCY = 4
@@ -435,3 +440,31 @@ async def test_an_output_in_a_missing_folder_is_a_usage_error_naming_it(
     assert ".partial" not in result.stderr
     assert not missing.exists()
     assert emu.stats.count() == 0
+
+
+@pytest.mark.timeout(10)
+async def test_the_progress_line_without_a_terminal_repeats_every_5_seconds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain line on stderr every 5 s, again and again until stopped. The clock is held: each
+    wait the progress asks of the loop is recorded and let go at once, so no 5 s go by."""
+    loop = asyncio.get_running_loop()
+    asked: list[float] = []
+
+    def at_once(delay: float, callback: Any, *args: object, context: Any = None) -> Any:
+        asked.append(delay)
+        return loop.call_soon(callback, *args, context=context)
+
+    monkeypatch.setattr(loop, "call_later", at_once)
+    export = _export._Export({}, retry_failed=False, fetched_ok=2, fetched_failed=1, in_flight=4)
+    lines = _export._ProgressLines(export, 10, time.monotonic() - 12)
+    lines.start()
+    await turns(4)  # each turn lets one held wait go
+    lines.stop()
+    printed = capsys.readouterr().err.splitlines()
+    await turns(2)
+    assert capsys.readouterr().err == ""  # none once stopped
+    assert len(printed) >= 3, printed
+    line = re.compile(r"extract-many: 3 of 10 fetched so far \(1 failed, 4 in flight\) after 1\d s")
+    assert all(line.fullmatch(text) for text in printed), printed
+    assert set(asked) == {5.0}

@@ -1016,6 +1016,20 @@ def test_increase_step_and_decrease_factor_are_used() -> None:
     assert 27 <= c.limit <= 29
 
 
+@pytest.mark.parametrize("step", [6.0, 100.0])
+def test_a_large_increase_step_never_grows_the_limit_past_maximum(step: float) -> None:
+    """One success after a cut may add a whole slot or more past maximum (2 + 6 / 2 = 5): the
+    limit stops at maximum, and so do the slots handed out."""
+    c = AdaptiveConcurrency(4, increase_step=step)
+    c.on_overload()
+    assert c.limit == 2
+    for _ in range(50):
+        c.on_success()
+        assert c.limit <= 4
+    assert c.limit == 4
+    assert [c.take() for _ in range(5)] == [True] * 4 + [False]
+
+
 async def test_pause_extends_and_never_shortens() -> None:
     c = AdaptiveConcurrency(4)
     assert c.paused_for == 0.0

@@ -93,6 +93,32 @@ async def test_the_search_history_keeps_a_digest_of_a_large_image_not_the_image(
     assert kept["image"] == f"<{len(image):,} characters, sha256 {digest}>"
 
 
+async def test_the_search_history_keeps_a_long_string_in_a_list_as_its_digest(
+    emu: ServiceEmulator, http: aiohttp.ClientSession
+) -> None:
+    """Not only a body's top-level strings: one inside a list (here of a field the lenient mode
+    ignores) is kept as its length and digest too, its short neighbours as they are."""
+    long = "q" * 5_000
+    body = {"text": "invoice", "labels": ["short", long, {"deeper": [long]}]}
+    async with http.post("/v2/search", json=body) as response:
+        assert response.status == 200, await response.text()
+    kept = emu.search_history[-1].body
+    shown = f"<5,000 characters, sha256 {hashlib.sha256(long.encode()).hexdigest()}>"
+    assert kept == {"text": "invoice", "labels": ["short", shown, {"deeper": [shown]}]}
+
+
+async def test_the_search_history_keeps_a_string_of_1024_characters_whole(
+    emu: ServiceEmulator, http: aiohttp.ClientSession
+) -> None:
+    """Only strings over 1,024 characters are replaced by their digest."""
+    whole, over = "w" * 1_024, "o" * 1_025
+    async with http.post("/v2/search", json={"text": "a", "whole": whole, "over": over}) as resp:
+        assert resp.status == 200, await resp.text()
+    kept = emu.search_history[-1].body
+    assert kept["whole"] == whole
+    assert kept["over"] == f"<1,025 characters, sha256 {hashlib.sha256(over.encode()).hexdigest()}>"
+
+
 async def test_the_search_history_and_the_request_log_are_capped_by_bytes(
     emu: ServiceEmulator, http: aiohttp.ClientSession
 ) -> None:
@@ -258,6 +284,50 @@ async def test_a_request_held_by_the_emulator_is_never_closed_as_idle() -> None:
             response = await held
         assert response.status == 200
         response.release()
+
+
+@pytest.mark.timeout(30)
+async def test_a_keep_alive_connection_that_keeps_sending_is_never_closed() -> None:
+    """A request every 0.3 s on one connection, with ``idle_timeout=2``: past the allowance
+    (an idle connection opened after it is closed meanwhile) and a few looks more, every request
+    went on that one connection."""
+    opened: list[object] = []
+
+    async def count(session: object, context: object, params: object) -> None:
+        opened.append(params)
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_connection_create_end.append(count)
+    async with (
+        ServiceEmulator(api_key=KEY, seed=7, n_resources=5, n_jobs=1, idle_timeout=2) as emu,
+        aiohttp.ClientSession(
+            emu.base_url, headers={"X-Api-Key": KEY}, trace_configs=[tracing]
+        ) as http,
+    ):
+        job = emu.jobs()[0]["id"]
+
+        async def get() -> None:
+            async with http.get(f"/v2/extract/{job}") as response:
+                assert response.status == 200
+
+        await get()
+        # Opened after the kept connection, idle: once it is closed, the kept one has gone past
+        # the allowance too, had its requests not counted.
+        reader, writer = await asyncio.open_connection("127.0.0.1", emu.port)
+        idle_closed = asyncio.create_task(closed_by_server(reader))
+        try:
+            async with asyncio.timeout(WAIT):
+                while not idle_closed.done():
+                    await asyncio.wait({idle_closed}, timeout=0.3)  # the client's own pace
+                    await get()
+                assert await idle_closed == b""
+                for _ in range(4):  # a few looks of the sweeper more (one every 0.2 s)
+                    await asyncio.sleep(0.3)
+                    await get()
+        finally:
+            idle_closed.cancel()
+            writer.close()
+    assert len(opened) == 1
 
 
 def test_the_default_bound_is_the_documented_60_seconds() -> None:

@@ -480,6 +480,61 @@ async def test_the_key_is_scrubbed_from_groups_and_bytes(serve: Serve, how: str)
     assert "[redacted]" in shown
 
 
+async def test_a_middleware_error_s_notes_are_scrubbed_of_the_key(serve: Serve) -> None:
+    """A note quoting the key (``add_note``) reaches the caller without it; the error is the
+    middleware's own, of its own type, its other notes kept."""
+    server = await serve(lambda request: _job())
+    raised: list[AuditDown] = []
+
+    async def noting(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        error = AuditDown("the sink refused")
+        error.add_note(f"sent {request.headers['X-Api-Key']}")
+        error.add_note("audit sink: down")
+        raised.append(error)
+        raise error
+
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, middlewares=[noting]) as client:
+        with pytest.raises(AuditDown) as caught:
+            await client.get_extraction(JOB_ID)
+    assert caught.value is raised[0]
+    notes = caught.value.__notes__
+    assert notes == ["sent [redacted]", "audit sink: down"]
+    assert API_KEY not in "".join(traceback.format_exception(caught.value))
+    assert server.seen == []
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+async def test_a_middleware_error_s_bytes_argument_stays_bytes(
+    serve: Serve, kind: type[bytes | bytearray]
+) -> None:
+    """A ``bytes`` (or ``bytearray``) argument quoting the key is scrubbed, still of its type,
+    and the caller's own object is left as it was."""
+    server = await serve(lambda request: _job())
+    echoed: list[bytes | bytearray] = []
+
+    async def quoting(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        body = kind(b"echo: key=" + request.headers["X-Api-Key"].encode() + b";")
+        echoed.append(body)
+        raise AuditDown("the sink refused", body)
+
+    async with AsyncSearchClient(
+        API_KEY, base_url=server.base_url, middlewares=[quoting]
+    ) as client:
+        with pytest.raises(AuditDown) as caught:
+            await client.get_extraction(JOB_ID)
+    message, body = caught.value.args
+    assert message == "the sink refused"
+    assert type(body) is kind
+    assert body == b"echo: key=[redacted];"
+    assert API_KEY not in "".join(traceback.format_exception(caught.value))
+    assert echoed[0] == kind(b"echo: key=" + API_KEY.encode() + b";")  # the caller's, untouched
+    assert server.seen == []
+
+
 async def test_a_middleware_s_own_error_in_a_bulk_call_fails_only_its_id(serve: Serve) -> None:
     server = await serve(lambda request: _job())
     refused = {"00000000-0000-4000-8000-000000000002"}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -384,6 +386,47 @@ async def test_prefetch_sends_the_next_request_while_the_caller_works(prefetch: 
         else:
             assert sent_next > worked
     assert ("start", 5) not in events
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddedPage(FakePage):
+    """A page whose body also carries ``padding`` bytes in a field a page does not read."""
+
+    padding: int = 0
+
+    def body(self, *, hits_first: bool = False) -> bytes:
+        page = super().body(hits_first=hits_first)
+        return page[:-1] + b',"padding":"' + b"p" * self.padding + b'"}'
+
+
+@pytest.mark.parametrize("mode", ["pages", "items"])
+async def test_a_finished_walk_kept_holds_no_bytes_of_its_last_page(mode: str) -> None:
+    """A pager kept once its walk has ended (for ``next_page``, ``total``) keeps no page's
+    body: nothing as large as the last page's body is left allocated."""
+    size = 2_000_000
+    service = FakeService(lambda n: PaddedPage(n, (f"i{n}",), n < 2, total=2, padding=size))
+    tracing = tracemalloc.is_tracing()  # already, with PYTHONTRACEMALLOC: then left on
+    if not tracing:
+        tracemalloc.start()
+    try:
+        before = _snapshot()
+        pager = make_pager(service.fetch, mode=mode)
+        assert len([item async for item in pager]) == 2
+        gc.collect()
+        after = _snapshot()
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert service.calls == [1, 2]
+    assert pager.next_page is None  # kept, and still answering
+    left = [diff.size_diff for diff in after.compare_to(before, "traceback")]
+    assert [grown for grown in left if grown >= size] == []
+
+
+def _snapshot() -> tracemalloc.Snapshot:
+    """What is allocated, but for tracemalloc's own snapshots."""
+    own = tracemalloc.Filter(False, tracemalloc.__file__)
+    return tracemalloc.take_snapshot().filter_traces([own])
 
 
 @pytest.mark.parametrize("how", WAYS_OUT)
