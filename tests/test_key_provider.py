@@ -12,17 +12,19 @@ import pytest
 from aiohttp import web
 
 from asyncsearch import (
+    APITimeoutError,
     AsyncSearchClient,
     AuthenticationError,
     ConfigurationError,
     ExtractionFailure,
+    KeyProviderError,
     RateLimit,
     RetryBudget,
     _call,
 )
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
-from .helpers import TIME_SCALE
+from .helpers import TIME_SCALE, turns
 from .test_call_options import ANSWERS
 from .test_security import everything_about
 from .test_tracing import _provider, spans  # noqa: F401  (the tracing tests' span exporter)
@@ -255,3 +257,95 @@ async def test_a_provider_that_fails_fails_the_call_before_anything_is_sent(serv
         with pytest.raises(LookupError, match="vault"):
             await client.get_extraction(JOB_ID)
     assert server.seen == []
+
+
+# -- issue 45: a provider's failure is the provider's; one question at a time ------------------
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_a_failing_provider_stops_a_bulk_call_and_is_asked_once(
+    serve: Serve, is_async: bool
+) -> None:
+    """Before: each id failed with "a middleware raised KeyError" and the provider was asked
+    again for every id (200 times). Now each id's error names the provider, the first failure
+    stops the call like a 401, and nothing more is asked or sent."""
+    server = await serve(keys_service(lambda key: False))
+    asks = 0
+
+    def failing() -> str:
+        nonlocal asks
+        asks += 1
+        raise KeyError("the vault is sealed")
+
+    async def failing_async() -> str:
+        await asyncio.sleep(0)
+        return failing()
+
+    provider = failing_async if is_async else failing
+    async with AsyncSearchClient(provider, base_url=server.base_url) as client:
+        async with asyncio.timeout(BOUND):
+            results = await client.gather_extractions(IDS, concurrency=16)
+    assert asks == 1
+    assert server.seen == []
+    assert len(results) == len(IDS)
+    errors = [result.error for result in results]
+    assert all(isinstance(error, KeyProviderError) for error in errors)
+    asked = [error for error in errors if isinstance(error.__cause__, KeyError)]
+    assert asked, "no id's error has the provider's error as its cause"
+    assert all("the api_key provider raised KeyError" in str(error) for error in asked)
+    assert all("middleware" not in str(error) for error in errors)
+    not_sent = [error for error in errors if error not in asked]
+    assert all(str(error).startswith("not sent") for error in not_sent)
+    assert len(not_sent) >= len(IDS) - 16
+
+
+async def test_a_call_cut_off_while_the_provider_answers_spends_no_token(serve: Serve) -> None:
+    """Before: the token was taken first, then the deadline passed while the provider answered:
+    a token spent for nothing sent. Now the key comes first, and the token only with a
+    connection in hand."""
+    server = await serve(keys_service(lambda key: False))
+    never = asyncio.Event()
+
+    async def stuck() -> str:
+        await never.wait()
+        return API_KEY
+
+    limit = RateLimit(per_second=0.01)  # a token spent would not come back within the test
+    options: dict[str, Any] = {"rate_limit": limit, "deadline": 0.2}
+    async with AsyncSearchClient(stuck, base_url=server.base_url, **options) as client:
+        with pytest.raises(APITimeoutError) as caught:
+            async with asyncio.timeout(BOUND):
+                await client.get_extraction(JOB_ID)
+    error = caught.value
+    assert "api_key provider" in str(error)
+    assert "it was not sent" in str(error)
+    assert (error.request_sent, error.attempts) == (False, 0)
+    assert limit.tokens == 1
+    assert server.seen == []
+
+
+async def test_calls_asking_while_a_question_is_in_flight_take_its_answer(serve: Serve) -> None:
+    """Before: one lock held across the provider's await, and each call's first ask a new
+    question: N calls asked N times, one after another (640 ids at 20 ms a question: 15 s).
+    Now a call that asks while a question is in flight takes its answer."""
+    server = await serve(keys_service(lambda key: False))
+    entered, gate = asyncio.Event(), asyncio.Event()
+    asks = 0
+
+    async def slow() -> str:
+        nonlocal asks
+        asks += 1
+        entered.set()
+        await gate.wait()
+        return f"{API_KEY}-{asks}"
+
+    async with AsyncSearchClient(slow, base_url=server.base_url) as client:
+        first = asyncio.create_task(client.get_extraction(JOB_ID))
+        async with asyncio.timeout(BOUND):
+            await entered.wait()
+            others = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:9]]
+            await turns()  # each runs to its ask, which joins the question in flight
+            gate.set()
+            await asyncio.gather(first, *others)
+    assert asks == 1
+    assert sent_keys(server) == [f"{API_KEY}-1"] * 10

@@ -483,9 +483,7 @@ def test_status_error_text_body_and_secret_redaction() -> None:
 
 
 def test_rate_limit_error_carries_retry_after() -> None:
-    error = protocol.status_error(
-        response(429), method="GET", attempts=3, retry_after=2.5
-    )
+    error = protocol.status_error(response(429), method="GET", attempts=3, retry_after=2.5)
     assert isinstance(error, RateLimitError)
     assert error.retry_after == 2.5
     assert error.attempts == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import urllib.parse
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -21,6 +22,9 @@ from asyncsearch import (
     AsyncSearchClient,
     ConfigurationError,
     ExtractionJob,
+    ProxyError,
+    RetryBudget,
+    _call,
 )
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
@@ -59,10 +63,18 @@ class ForwardProxy:
     without ``Proxy-Authorization`` for it. ``seen`` holds each request's line and headers.
     """
 
-    def __init__(self, port: int, password: str | None = None, *, garbage: bool = False) -> None:
+    def __init__(
+        self,
+        port: int,
+        password: str | None = None,
+        *,
+        garbage: bool = False,
+        refuse: int | None = None,
+    ) -> None:
         self.port = port
         self.password = password
         self.garbage = garbage  # answer a malformed head instead of forwarding
+        self.refuse = refuse  # answer this status to every request, a CONNECT too
         self.seen: list[tuple[str, dict[str, str]]] = []
         self.url = ""
         self._server: asyncio.Server | None = None
@@ -96,6 +108,11 @@ class ForwardProxy:
                     basic("user", self.password)
                 ):
                     writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n")
+                    writer.write(b"Content-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
+                if self.refuse is not None:
+                    writer.write(f"HTTP/1.1 {self.refuse} Refused\r\n".encode())
                     writer.write(b"Content-Length: 0\r\n\r\n")
                     await writer.drain()
                     continue
@@ -318,3 +335,116 @@ async def test_a_malformed_answer_through_the_proxy_shows_no_proxy_authorization
     text = everything_about(caught.value)
     assert "Proxy-Authorization" in text  # the headers are there, the credentials are not
     assert auth.encode() not in text
+
+
+# -- issue 45: a proxy's refusal is the proxy's, and its credentials are secrets -------------
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def fake_sleep(delay: float) -> None:
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(_call, "_sleep", fake_sleep)
+
+
+@pytest.mark.usefixtures("no_backoff")
+@pytest.mark.parametrize(("status", "connects"), [(407, 1), (502, 3)])
+async def test_a_proxy_refusing_the_tunnel_is_a_proxy_error_nothing_sent(
+    ca: trustme.CA, status: int, connects: int
+) -> None:
+    """Before: "the server sent a malformed response", request_sent=True, 3 CONNECTs for one
+    call even for a 407. Now the proxy's refusal, never retried for a 407; a 502 (the proxy
+    could not reach the service) is retried as a connection that failed before sending."""
+    budget = RetryBudget()
+    async with tls_service(ca) as port, ForwardProxy(port, refuse=status) as proxy:
+        options: dict[str, Any] = {"proxy": proxy.url, "ssl": trusting(ca), "retry_budget": budget}
+        async with AsyncSearchClient(API_KEY, base_url=f"https://{SERVICE}", **options) as client:
+            with pytest.raises(ProxyError) as caught:
+                async with asyncio.timeout(BOUND):
+                    await client.get_extraction(JOB_ID)
+    error = caught.value
+    assert isinstance(error, APIConnectionError)
+    assert (error.status_code, error.request_sent, error.retryable) == (
+        status,
+        False,
+        status != 407,
+    )
+    assert "proxy refused" in str(error)
+    assert error.attempts == connects
+    assert [line for line, _ in proxy.seen] == [f"CONNECT {SERVICE}:443 HTTP/1.1"] * connects
+
+
+async def test_a_proxy_s_407_stops_a_bulk_call_like_a_401(ca: trustme.CA) -> None:
+    """Before: 200 ids made 300 CONNECTs with refused credentials and drained the retry budget.
+    Now the first 407 stops the call: the ids in flight fail with it, the rest are not sent."""
+    budget = RetryBudget()
+    async with tls_service(ca) as port, ForwardProxy(port, refuse=407) as proxy:
+        options: dict[str, Any] = {"proxy": proxy.url, "ssl": trusting(ca), "retry_budget": budget}
+        async with AsyncSearchClient(API_KEY, base_url=f"https://{SERVICE}", **options) as client:
+            async with asyncio.timeout(BOUND):
+                results = await client.gather_extractions([JOB_ID] * 200, concurrency=16)
+    assert len(results) == 200
+    assert all(isinstance(r.error, ProxyError) and r.error.status_code == 407 for r in results)
+    assert 1 <= len(proxy.seen) <= 16
+    assert budget.tokens == budget.capacity  # nothing retried
+    assert sum("not sent" in str(r.error) for r in results) >= 200 - 16
+
+
+async def test_a_plain_http_proxy_s_407_is_a_proxy_error_not_retried(serve: Serve) -> None:
+    server = await serve(job)
+    async with ForwardProxy(port_of(server), password="another-password") as proxy:
+        options: dict[str, Any] = {"allow_http": True, "proxy": proxy.url}
+        async with AsyncSearchClient(API_KEY, base_url=f"http://{SERVICE}", **options) as client:
+            with pytest.raises(ProxyError) as caught:
+                await client.get_extraction(JOB_ID)
+    assert (caught.value.status_code, caught.value.request_sent) == (407, False)
+    assert len(proxy.seen) == 1
+    assert server.seen == []
+
+
+PROXY_FORMS = {
+    "raw": ("team", "s3cretPW"),
+    "percent-encoded": ("team", "p@ss:w/rd%"),
+}
+
+
+@pytest.mark.parametrize("form", list(PROXY_FORMS))
+async def test_proxy_credentials_are_scrubbed_from_a_middleware_s_error(
+    serve: Serve, form: str
+) -> None:
+    """Before: the key was scrubbed by its value, the proxy's credentials only by header name,
+    so ``RuntimeError("boom", dict(request.headers))`` carried ``Proxy-Authorization``. Now every
+    form of them is a secret, scrubbed on copies: the caller's dict is not changed."""
+    login, password = PROXY_FORMS[form]
+    quoted: list[dict[str, str]] = []
+
+    async def quoting(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        headers = dict(request.headers)
+        quoted.append(headers)
+        error = RuntimeError("boom", headers, f"{login}:{password}", password.encode())
+        error.add_note(f"proxy {login}:{urllib.parse.quote(password, safe='')}")
+        raise error
+
+    server = await serve(job)
+    async with ForwardProxy(port_of(server)) as proxy:
+        url = yarl.URL(proxy.url).with_user(login).with_password(password)
+        options: dict[str, Any] = {"allow_http": True, "proxy": str(url)}
+        async with AsyncSearchClient(API_KEY, base_url=f"http://{SERVICE}", **options) as client:
+            with pytest.raises(RuntimeError) as caught:
+                await client.get_extraction(JOB_ID, middlewares=[quoting])
+            [result] = await client.gather_extractions([JOB_ID], middlewares=[quoting])
+    header = basic(login, password)
+    error = caught.value
+    for text in (everything_about(error), str(result.error), repr(result.error.__cause__)):
+        for secret in (password, header, header.split()[-1], API_KEY):
+            assert secret not in text, (secret, text)
+    headers = error.args[1]
+    assert type(headers) is dict
+    assert headers["Proxy-Authorization"] == headers["X-Api-Key"] == "[redacted]"
+    assert type(error.args[3]) is bytes
+    # The middleware's own dict is as it made it: the error holds a scrubbed copy.
+    assert quoted[0]["Proxy-Authorization"] == header
+    assert quoted[0]["X-Api-Key"] == API_KEY

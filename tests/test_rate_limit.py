@@ -14,6 +14,7 @@ from asyncsearch import (
     APITimeoutError,
     AsyncSearchClient,
     ConfigurationError,
+    InternalServerError,
     RateLimit,
     _call,
     _concurrency,
@@ -232,7 +233,10 @@ async def test_20_a_second_with_a_burst_of_2_holds_40_bulk_requests_to_the_rate(
 
     server = await serve(handler)
     limit = RateLimit(per_second=20, burst=2)
-    async with AsyncSearchClient(API_KEY, base_url=server.base_url, rate_limit=limit) as client:
+    async with (
+        AsyncSearchClient(API_KEY, base_url=server.base_url, rate_limit=limit) as client,
+        LoopLag() as lag,
+    ):
         other = client.with_options(max_retries=1)
         assert other._shared.rate_limit is limit
         started = time.monotonic()
@@ -244,8 +248,9 @@ async def test_20_a_second_with_a_burst_of_2_holds_40_bulk_requests_to_the_rate(
         elapsed = time.monotonic() - started
     assert len(arrivals) == 40
     assert elapsed >= 1.9
-    busiest = max(sum(t <= u < t + 1.0 for u in arrivals) for t in arrivals)
-    assert busiest <= 22, busiest
+    # As in test_the_cap_holds_on_the_wire: the loop's own lateness may move a request read by
+    # the server into the next second.
+    assert busiest(arrivals) <= 22 + 1 + math.ceil(20 * lag.worst), busiest(arrivals)
 
 
 # -- issue 45: the cap holds on the wire, timed at the server ---------------------------------
@@ -329,11 +334,12 @@ def redirecting(hops: int) -> Handler:
     return handler
 
 
-#: (per_second, burst, max_connections, ids, concurrency, the service, requests per id)
+#: (per_second, burst, max_connections, ids, concurrency (0: direct calls, all at once), the
+#: service, requests per id)
 WIRE_CASES: dict[str, tuple[float, int, int, int, int, Callable[[], Handler], int]] = {
-    # 4 connections held 1.5 s: the waiting calls must not take tokens meanwhile and then send
-    # them all at once (29-35 in a second before the fix, against a cap of 15).
-    "the-pool-frees-at-once": (10, 5, 4, 30, 30, lambda: slow_first(4, 1.5), 1),
+    # 30 direct calls, 4 connections held 1.5 s: the waiting calls must not take tokens
+    # meanwhile and then send them all at once (29-35 in a second before the fix, cap 15).
+    "the-pool-frees-at-once": (10, 5, 4, 30, 0, lambda: slow_first(4, 1.5), 1),
     "with-retries": (20, 2, 8, 15, 8, failing_twice, 3),
     # Each redirect followed is a request: 32 in a second with RateLimit(8) before the fix.
     "with-redirects": (10, 1, 4, 6, 6, lambda: redirecting(3), 4),
@@ -355,8 +361,33 @@ async def test_the_cap_holds_on_the_wire(serve: Serve, case: str) -> None:
         LoopLag() as lag,
     ):
         async with asyncio.timeout(BOUND + n * per_id / per_second):
-            results = await client.gather_extractions(MANY[:n], concurrency=concurrency)
-    assert all(result.ok for result in results), [r.error for r in results if not r.ok][:1]
-    assert len(arrivals) == len(results) * per_id
+            if concurrency:
+                results = await client.gather_extractions(MANY[:n], concurrency=concurrency)
+                assert all(result.ok for result in results), [r.error for r in results][:1]
+            else:
+                await asyncio.gather(*(client.get_extraction(job) for job in MANY[:n]))
+    assert len(arrivals) == n * per_id
     slack = math.ceil(per_second * lag.worst)
     assert busiest(arrivals) <= per_second + burst + 1 + slack, (busiest(arrivals), lag.worst)
+
+
+async def test_a_deadline_the_rate_limit_would_pass_ends_with_the_real_error(
+    serve: Serve,
+) -> None:
+    """Issue 45: a 503 and a deadline of 1 s with RateLimit(0.5): the next attempt's token is 2 s
+    away, so no backoff is slept for it; the caller gets the 503 (not a timeout saying nothing
+    was sent), with ``retries_stopped`` naming the deadline, after the 1 attempt the server saw."""
+    server = await serve(jobs([503, 503, 503]))
+    limit = RateLimit(per_second=0.5)
+    options: dict[str, object] = {"rate_limit": limit, "deadline": 1.0}
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, **options) as client:
+        with pytest.raises(InternalServerError) as caught:
+            async with asyncio.timeout(BOUND):
+                await client.get_extraction(JOB_ID)
+    error = caught.value
+    assert error.status_code == 503
+    assert error.attempts == 1
+    assert error.retries_stopped is not None
+    assert "deadline of 1s would pass" in error.retries_stopped
+    assert "RateLimit(per_second=0.5, burst=1)" in error.retries_stopped
+    assert len(server.seen) == 1
