@@ -20,7 +20,6 @@ from aiohttp import web
 from asyncsearch import (
     IN_PROGRESS_JOB_STATES,
     APIStatusError,
-    APITimeoutError,
     AsyncSearchClient,
     AuthenticationError,
     ExtractionFailure,

@@ -21,7 +21,7 @@ from asyncsearch import (
 )
 
 from .conftest import API_KEY, JOB_ID, Handler, Server
-from .helpers import TIME_SCALE, held_connections
+from .helpers import TIME_SCALE
 from .test_call_options import ANSWERS, _kind
 
 Serve = Callable[[Handler], Awaitable[Server]]
