@@ -7,7 +7,16 @@ aiohttp client middlewares (on the client and on a call: pass-through, one that 
 one whose side request fails after ``handler()`` returned, one calling ``handler()`` twice),
 what the server does with each attempt (429 and 503 with a small ``Retry-After``, a reset,
 an answer held back, gzip and chunked bodies), deadlines, cancellations, and calls started
-once another call's first request reached the server. ``Example.run`` plays it and checks:
+once another call's first request reached the server; and the client's knobs (issue 45): a
+``RateLimit``, a key provider (rotating, slow, failing), a forward proxy (``Gateway``: plain, or
+tunnelling to the service over TLS with a test CA, or refusing every tunnel with 407 or 502),
+same-origin redirects before every answer, and ``max_response_bytes`` below every answer. Each
+seed has a theme (``THEMES``, ``seed % len(THEMES)``) that makes one hard composition likely: a
+swarm of calls waiting for the one connection under a rate limit, redirects under a rate limit, a
+middleware quoting the headers through a proxy with credentials, a 503 with the next token past
+the deadline, a refusing proxy, a failing key provider, a bulk retry waiting for a connection
+past its deadline, the size cap with a middleware that reads the body; ``mixed`` turns the knobs
+on at random. ``Example.run`` plays it and checks:
 
 - never more TCP connections open at once than the pool's size, and none left open once the
   client is closed (counted by ``CountingProxy``, a plain TCP proxy in front of the server);
@@ -24,8 +33,18 @@ once another call's first request reached the server. ``Example.run`` plays it a
   own type after one attempt, ``handler()`` called twice a clear error after one attempt, a
   body read by a middleware still decoded for the SDK, no ``PoolTimeoutError`` at all (the
   pool's wait, ``Timeout.pool``, is far longer than any answer is held);
-- the API key in no error's text: ``str``, ``repr``, arguments, the whole
-  ``__cause__``/``__context__`` chain, and the formatted traceback.
+- no secret (the API key, a rotating key, the proxy's password or its base64) in any error's
+  text: ``str``, ``repr``, arguments, the whole ``__cause__``/``__context__`` chain, and the
+  formatted traceback;
+- the requests the server saw for each request of a call: its ``attempts`` (errors, and
+  ``APIResponse`` for ``get``) plus one per redirect followed; where the proxy refuses every
+  tunnel, the ``CONNECT`` s it refused add up to the calls' attempts;
+- under a rate limit, at most ``per_second + burst + 1`` requests in any second, timed at the
+  server (at the proxy where it refuses them), widened only by the loop's own lateness;
+- a key provider asked at most once per call (a bulk id, a page: a call each; a failing one
+  stops a bulk call at once), a success over ``max_response_bytes`` never returned, a proxy's
+  refusal a ``ProxyError`` of its status, a failing provider's error its own (direct) or a
+  ``KeyProviderError`` (bulk).
 
 Nothing waits on a bet about which task is faster: answers are held with an event, a slow id
 source waits for one, a cancellation waits for the call to reach the point it targets. Time
@@ -60,13 +79,16 @@ client passes every interleaving.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import gzip
 import json
+import math
 import os
 import random
 import re
 import socket
+import ssl
 import traceback
 import uuid
 from collections import Counter, defaultdict
@@ -76,6 +98,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+import trustme
+import yarl
 from aiohttp import web
 
 from asyncsearch import (
@@ -85,8 +109,12 @@ from asyncsearch import (
     AsyncSearchError,
     ExtractionJob,
     InternalServerError,
+    KeyProviderError,
     PoolTimeoutError,
+    ProxyError,
+    RateLimit,
     RateLimitError,
+    ResponseTooLargeError,
     RetryPolicy,
     SearchHit,
     SearchPage,
@@ -95,6 +123,7 @@ from asyncsearch import (
 
 from .conftest import API_KEY
 from .helpers import TIME_SCALE, client_tasks, turns
+from .test_security import server_tls, trusting
 
 EXAMPLES = int(os.environ.get("ASYNCSEARCH_COMPOSITION_EXAMPLES", "30"))
 SUBSET = os.environ.get("ASYNCSEARCH_COMPOSITION_SUBSET", "all")
@@ -133,6 +162,33 @@ BULK_KINDS = ("gather", "iter")
 CALL_MIDDLEWARES = ("pass", "body", "audit", "audit-raw", "audit-quoting", "twice")
 #: The middlewares main at 1842239 gets wrong whatever they meet.
 FAILING_MIDDLEWARES = ("audit", "audit-raw", "audit-quoting", "twice")
+#: Many direct calls of ``get_extraction`` started at once (one per id).
+SWARM = "swarm"
+
+#: Each example's theme (``seed % len(THEMES)``): a composition the plan makes likely, so that
+#: every run of ``len(THEMES)`` seeds or more meets each of them (issue 45); ``mixed`` turns the
+#: client's knobs on at random over the random calls.
+THEMES = (
+    "mixed",
+    "rate-pool",
+    "rate-redirects",
+    "proxy-plain",
+    "rate-deadline",
+    "proxy-refuse",
+    "key-failing",
+    "bulk-deadline",
+    "size-cap",
+)
+SERVICE_NAME = "search.invalid"  # reached only through the plan's proxy
+PROXY_LOGIN, PROXY_PASSWORD = "team", "pr0xy-S3cret-DO-NOT-LOG"
+PROXY_HEADER = "Basic " + base64.b64encode(f"{PROXY_LOGIN}:{PROXY_PASSWORD}".encode()).decode()
+#: What no error may show: the key (a rotating one starts with it) and the proxy's credentials.
+SECRETS = (API_KEY, PROXY_PASSWORD, PROXY_HEADER.split()[-1])
+#: How long held answers stay held at least under a rate limit: long enough for the calls
+#: waiting meanwhile to be owed more tokens than the bound's slack.
+RATE_HOLD = 0.8
+#: ``max_response_bytes`` of a size-cap plan: below every success body of the plans (~3 KB).
+SIZE_CAP = 1024
 
 pytestmark = pytest.mark.timeout(max(120.0, EXAMPLES * 4.0))
 
@@ -173,17 +229,49 @@ class Call:
 
 @dataclass(frozen=True)
 class Plan:
+    """One example: the client's pool and knobs, and its calls.
+
+    ``rate``: ``RateLimit(per_second, burst)``; ``key``: ``string``, or a key provider that
+    ``rotates`` (a new key per question), is ``slow`` (50 ms a question) or is ``failing``;
+    ``proxy``: ``plain`` (a forward proxy for an ``http://`` service), ``tunnel`` (``CONNECT`` to
+    the service over TLS), or a tunnel whose proxy refuses every ``CONNECT`` (``tunnel-407``,
+    ``tunnel-502``); ``redirects``: same-origin redirects (307) before every answer; ``cap``:
+    ``max_response_bytes``.
+    """
+
     seed: int
     pool: int
     client_middleware: str | None
     calls: tuple[Call, ...]
+    theme: str = "mixed"
+    rate: tuple[float, int] | None = None
+    key: str = "string"
+    proxy: str | None = None
+    redirects: int = 0
+    cap: int | None = None
 
     def __str__(self) -> str:
         calls = "\n    ".join(repr(call) for call in self.calls)
+        knobs = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("rate", self.rate),
+                ("key", self.key),
+                ("proxy", self.proxy),
+                ("redirects", self.redirects),
+                ("cap", self.cap),
+            )
+            if value not in (None, 0, "string")
+        ]
         return (
-            f"seed={self.seed} pool={self.pool} client_middleware={self.client_middleware}\n"
-            f"    {calls}"
+            f"seed={self.seed} theme={self.theme} pool={self.pool} "
+            f"client_middleware={self.client_middleware} {' '.join(knobs)}\n    {calls}"
         )
+
+    @property
+    def refused(self) -> int | None:
+        """The status the plan's proxy answers every ``CONNECT`` with, if it refuses them."""
+        return int(self.proxy[-3:]) if self.proxy in ("tunnel-407", "tunnel-502") else None
 
 
 def _attempts(rng: random.Random, *, held: bool, success: str) -> tuple[str, ...]:
@@ -267,8 +355,116 @@ def make_plan(seed: int, subset: str = SUBSET) -> Plan:
         calls.append(call)
     plan = Plan(seed, pool, client_middleware, tuple(calls))
     if safe:
-        plan = _without_read_bodies_encoded(plan)
-    return plan
+        return _without_read_bodies_encoded(plan)
+    return _themed(plan, rng)
+
+
+def _ids(rng: random.Random, n: int, *, faults: bool = True) -> tuple[tuple[str, ...], ...]:
+    """The faults of ``n`` ids' requests (none held)."""
+    return tuple(
+        _attempts(rng, held=False, success=rng.choice(SUCCESSES)) if faults else ()
+        for _ in range(n)
+    )
+
+
+def _themed(plan: Plan, rng: random.Random) -> Plan:
+    """``plan`` with the client's knobs of its theme (``THEMES``), and the calls it needs."""
+    theme = THEMES[plan.seed % len(THEMES)]
+    plain = dataclasses.replace(plan, theme=theme)
+    direct = ("get", "search-incognito")
+    if theme == "mixed":
+        redirects = rng.choice((0, 0, 0, 1, 2))
+        calls = plan.calls
+        if redirects:  # a failing middleware fails on the first redirect's answer: kept apart
+            calls = tuple(
+                dataclasses.replace(c, middleware=None)
+                if c.middleware in FAILING_MIDDLEWARES
+                else c
+                for c in calls
+            )
+        rate = (rng.choice((10.0, 20.0)), rng.randint(1, 3)) if rng.random() < 0.25 else None
+        key = rng.choice(("string", "string", "rotating", "slow"))
+        proxy = rng.choice((None, None, "plain", "tunnel"))
+        return dataclasses.replace(
+            plain, calls=calls, rate=rate, key=key, proxy=proxy, redirects=redirects
+        )
+    if theme == "rate-pool":
+        # The one connection held while a swarm of calls waits for it: tokens must not be
+        # taken meanwhile and spent at once when it frees.
+        swarm = Call("c1", SWARM, after="c0", id_faults=_ids(rng, rng.randint(8, 10)))
+        calls = (Call("c0", "get", faults=("held",)), swarm)
+        rate = (rng.choice((8.0, 10.0)), rng.randint(1, 2))
+        return dataclasses.replace(plain, pool=1, calls=calls, rate=rate)
+    if theme == "rate-redirects":
+        # Each redirect followed is a request on the wire, and takes its token.
+        bulk = Call(
+            "c0",
+            rng.choice(BULK_KINDS),
+            concurrency=rng.randint(1, 3),
+            id_faults=_ids(rng, 3, faults=False),
+        )
+        calls = (bulk, Call("c1", rng.choice(direct)))
+        return dataclasses.replace(plain, calls=calls, rate=(4.0, 1), redirects=rng.randint(2, 3))
+    if theme == "proxy-plain":
+        # The proxy's credentials travel in each request's headers, which a middleware quotes.
+        quoting = Call("c0", rng.choice(direct), middleware="audit-quoting")
+        return dataclasses.replace(plain, calls=(quoting, *plan.calls[1:]), proxy="plain")
+    if theme == "rate-deadline":
+        # A 503, and the next token further away than the deadline: the 503 is the answer.
+        first = Call("c0", rng.choice(direct), faults=(rng.choice(("503", "429")),), deadline=0.25)
+        calls = (first, Call("c1", rng.choice(direct), after="c0"))
+        return dataclasses.replace(plain, calls=calls, rate=(2.0, 1))
+    if theme == "proxy-refuse":
+        kinds = (*direct, "search", "pages", *BULK_KINDS)
+        calls = tuple(
+            Call(
+                f"c{i}",
+                kind := rng.choice(kinds),
+                deadline=rng.choice((None, None, 0.25)) if kind not in BULK_KINDS else None,
+                concurrency=rng.randint(1, 3),
+                id_faults=_ids(rng, rng.randint(1, 5), faults=False),
+            )
+            for i in range(rng.randint(1, 3))
+        )
+        return dataclasses.replace(
+            plain, calls=calls, proxy=rng.choice(("tunnel-407", "tunnel-502"))
+        )
+    if theme == "key-failing":
+        kinds = (*direct, "search", "pages", *BULK_KINDS, *BULK_KINDS)
+        calls = tuple(
+            Call(
+                f"c{i}",
+                rng.choice(kinds),
+                concurrency=rng.randint(1, 3),
+                id_faults=_ids(rng, rng.randint(2, 6)),
+            )
+            for i in range(rng.randint(1, 3))
+        )
+        return dataclasses.replace(plain, calls=calls, key="failing")
+    if theme == "bulk-deadline":
+        # Issue 37: the retry of a bulk request waits for the one connection, which a direct
+        # call's held answer keeps past the bulk call's deadline.
+        bulk = Call("c0", rng.choice(BULK_KINDS), deadline=0.25, id_faults=(("503",),))
+        calls = (bulk, Call("c1", "get", faults=("held",), after="c0"))
+        return dataclasses.replace(plain, pool=1, calls=calls)
+    # size-cap: a body over the cap is refused, read by a middleware or not (issue 37). (An id
+    # source calling the client would fail the bulk call with its own error: kept apart.)
+    reads = rng.random() < 0.6
+    plan = dataclasses.replace(
+        plan,
+        calls=tuple(
+            dataclasses.replace(c, source="list") if c.source == "calling" else c
+            for c in plan.calls
+        ),
+    )
+    calls = (
+        plan.calls
+        if reads
+        else (dataclasses.replace(plan.calls[0], middleware="body"), *plan.calls[1:])
+    )
+    return dataclasses.replace(
+        plain, calls=calls, cap=SIZE_CAP, client_middleware="body" if reads else None
+    )
 
 
 def _without_read_bodies_encoded(plan: Plan) -> Plan:
@@ -446,10 +642,15 @@ def page_body(text: str, page: int, pages: int) -> bytes:
 class Service:
     """A loopback aiohttp.web server playing the example's plan, counting every arrival."""
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Route], redirects: int = 0) -> None:
         self.routes = routes
-        #: The fault served to each arrival of a key, in order.
+        self.redirects = redirects  # same-origin 307s before each request's answer
+        #: The fault served to each arrival of a key (past its redirects), in order.
         self.arrivals: defaultdict[str, list[str]] = defaultdict(list)
+        #: Requests of each key that began an attempt (the first of its redirects, if any).
+        self.attempts: Counter[str] = Counter()
+        #: The loop's time of every request's arrival, redirects included.
+        self.times: list[float] = []
         self.arrived: set[str] = set()  # calls with at least one arrival
         self.entered: set[str] = set()  # calls whose answer is (or was) held
         self.release = asyncio.Event()
@@ -458,13 +659,13 @@ class Service:
         self.runner: web.AppRunner | None = None
         self.port = 0
 
-    async def start(self) -> None:
+    async def start(self, tls: ssl.SSLContext | None = None) -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         # handler_cancellation: a held answer whose client went away (deadline, cancel) ends.
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=tls)
         await site.start()
         self.port = self.runner.addresses[0][1]
 
@@ -483,9 +684,18 @@ class Service:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         key = await self.key(request)
         route = self.routes.get(key)
-        if route is None or request.headers.get("X-Api-Key") != API_KEY:
+        # A rotating key provider's keys are API_KEY-1, API_KEY-2, ...
+        if route is None or not request.headers.get("X-Api-Key", "").startswith(API_KEY):
             self.unknown.append(f"{request.method} {request.path} ({key})")
             return web.json_response({"error": {"message": "unknown"}}, status=404)
+        self.times.append(asyncio.get_running_loop().time())
+        hop = int(request.query.get("hop", "0"))
+        if hop == 0:
+            self.attempts[key] += 1
+        if hop < self.redirects:
+            self.arrived.add(route.call)
+            self.changed.set()
+            return web.Response(status=307, headers={"Location": f"{request.path}?hop={hop + 1}"})
         arrivals = self.arrivals[key]
         fault = route.faults[len(arrivals)] if len(arrivals) < len(route.faults) else route.success
         arrivals.append(fault)
@@ -710,6 +920,114 @@ async def _forward(chunks: asyncio.Queue[bytes], target: asyncio.StreamWriter) -
         pass
 
 
+# -- a forward proxy -------------------------------------------------------------------------------
+
+
+class Gateway:
+    """A forward proxy on loopback, in front of ``CountingProxy``: one connection of its own to
+    it per connection of the client's, so that the connections counted stay the client's.
+
+    It tunnels a ``CONNECT`` (to the service over TLS) and forwards an absolute-URI request (to
+    the plain one), each checked for the plan's credentials (a 407 without them); ``refuse``
+    answers every ``CONNECT`` with that status instead. ``connects`` holds the loop's time of
+    each ``CONNECT``; ``refused`` counts the requests refused for their credentials.
+    """
+
+    def __init__(self, upstream: int, refuse: int | None) -> None:
+        self.upstream = upstream
+        self.refuse = refuse
+        self.connects: list[float] = []
+        self.refused = 0
+        self.handlers: set[asyncio.Task[Any]] = set()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.handlers):
+            task.cancel()
+        await asyncio.gather(*self.handlers, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        upstream: asyncio.StreamWriter | None = None
+        pipes: list[asyncio.Task[None]] = []
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                line, *fields = head.decode("latin-1").split("\r\n")[:-2]
+                headers = {k.lower(): v for k, v in (f.split(": ", 1) for f in fields)}
+                method, target, version = line.split(" ")
+                if headers.get("proxy-authorization") != PROXY_HEADER:
+                    self.refused += 1
+                    writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n")
+                    writer.write(b"Content-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    return
+                if method == "CONNECT":
+                    self.connects.append(asyncio.get_running_loop().time())
+                    if self.refuse is not None:
+                        writer.write(f"HTTP/1.1 {self.refuse} Refused\r\n".encode())
+                        writer.write(b"Content-Length: 0\r\n\r\n")
+                        await writer.drain()
+                        return
+                    up_reader, upstream = await asyncio.open_connection("127.0.0.1", self.upstream)
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    await writer.drain()
+                    pipes.append(
+                        asyncio.create_task(_pipe(up_reader, writer), name="composition.proxy.pipe")
+                    )
+                    await _pipe(reader, upstream)
+                    return
+                if upstream is None:
+                    up_reader, upstream = await asyncio.open_connection("127.0.0.1", self.upstream)
+                    pipes.append(
+                        asyncio.create_task(_pipe(up_reader, writer), name="composition.proxy.pipe")
+                    )
+                hop = ("proxy-authorization", "proxy-connection")
+                kept = [f for f in fields if f.split(":", 1)[0].lower() not in hop]
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                path = yarl.URL(target).raw_path_qs
+                upstream.write(
+                    f"{method} {path} {version}\r\n".encode("latin-1")
+                    + "".join(f"{f}\r\n" for f in kept).encode("latin-1")
+                    + b"\r\n"
+                    + body
+                )
+                await upstream.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # the client went away
+        finally:
+            for end in (writer, upstream):
+                if end is not None:
+                    end.close()
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            self.handlers.discard(task)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy ``source`` to ``sink`` until it ends, then end ``sink``."""
+    try:
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+    except ConnectionError:
+        pass
+    finally:
+        sink.close()
+
+
 # -- one example --------------------------------------------------------------------------------
 
 
@@ -725,6 +1043,33 @@ class Ran:
     lag: float = 0.0
     #: Errors of the calls a ``calling`` id source made.
     inner_errors: list[BaseException] = field(default_factory=list)
+    #: The ``attempts`` of each request answered with success, by its key (``APIResponse``).
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+class ProviderDown(Exception):
+    """What a failing key provider raises: its own error."""
+
+
+class LoopLag:
+    """How late the loop ran a timer at most: on a busy machine requests sent in one second
+    may be read by the server in the next, which no client can help; the rate limit's bound is
+    widened by ``per_second`` times this, never more."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    async def watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.01)
+            self.worst = max(self.worst, loop.time() - before - 0.01)
+
+
+def busiest(times: list[float]) -> int:
+    """The most of ``times`` in any window of one second."""
+    return max((sum(t <= u < t + 1.0 for u in times) for t in times), default=0)
 
 
 def _uuid(rng: random.Random) -> str:
@@ -768,7 +1113,10 @@ class Example:
                     self.probes[call.name] = probes
                     for job in probes:
                         self.routes[job] = Route(call.name, (), "ok", job_body(job))
-        self.service = Service(self.routes)
+        self.service = Service(self.routes, plan.redirects)
+        self.gateway: Gateway | None = None
+        self.lag = LoopLag()
+        self.asks = 0
         self.ran: dict[str, Ran] = {call.name: Ran() for call in plan.calls}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_waiting: set[str] = set()
@@ -789,7 +1137,10 @@ class Example:
         if call.kind == "search-incognito":
             return await client.search(self.texts[call.name], incognito=True, **options)
         if call.kind == "get":
-            return await client.get_extraction(self.ids[call.name][0], **options)
+            return await self.get(client, call, self.ids[call.name][0], options)
+        if call.kind == SWARM:
+            gets = (self.get(client, call, job, options) for job in self.ids[call.name])
+            return await asyncio.gather(*gets, return_exceptions=True)
         if call.kind == "pages":
             pages = client.search_pages(self.texts[call.name], page_size=2, **options)
             return [page async for page in pages]
@@ -801,6 +1152,22 @@ class Example:
             return await client.gather_extractions(ids, concurrency=call.concurrency, **options)
         async with client.iter_extractions(ids, concurrency=call.concurrency, **options) as results:
             return [result async for result in results]
+
+    async def get(
+        self, client: AsyncSearchClient, call: Call, job: str, options: dict[str, Any]
+    ) -> ExtractionJob:
+        """``get_extraction``, its ``attempts`` kept (through ``with_raw_response``)."""
+        response = await client.with_raw_response.get_extraction(job, **options)
+        self.ran[call.name].attempts[job] = response.attempts
+        return response.parse()
+
+    async def provide(self) -> str:
+        """The plan's key provider: a new key per question, 50 ms a question when ``slow``."""
+        self.asks += 1
+        await asyncio.sleep(0.05 if self.plan.key == "slow" else 0)
+        if self.plan.key == "failing":
+            raise ProviderDown("the vault is sealed")
+        return f"{API_KEY}-{self.asks}"
 
     def source(self, client: AsyncSearchClient, call: Call) -> Iterable[str] | AsyncIterator[str]:
         ids = self.ids[call.name]
@@ -892,9 +1259,15 @@ class Example:
         loop.set_exception_handler(lambda _loop, context: reported.append(context))
         before = asyncio.all_tasks()
         plan = self.plan
-        await self.service.start()
+        tunnel = plan.proxy is not None and plan.proxy.startswith("tunnel")
+        ca = trustme.CA() if tunnel else None
+        await self.service.start(None if ca is None else server_tls(ca, SERVICE_NAME))
         proxy = CountingProxy(self.service.port, plan.pool)
         await proxy.start()
+        if plan.proxy is not None:
+            self.gateway = Gateway(proxy.port, plan.refused)
+            await self.gateway.start()
+        lag = asyncio.create_task(self.lag.watch(), name="composition.lag")
         # The audit sink that is down: a loopback port bound by nobody that listens.
         refuser = socket.socket()
         refuser.bind(("127.0.0.1", 0))
@@ -902,14 +1275,24 @@ class Example:
         middlewares = (
             () if plan.client_middleware is None else (self.middlewares[plan.client_middleware],)
         )
+        options: dict[str, Any] = {"base_url": f"http://127.0.0.1:{proxy.port}"}
+        if self.gateway is not None:
+            scheme = "https" if tunnel else "http"
+            gateway = f"http://{PROXY_LOGIN}:{PROXY_PASSWORD}@127.0.0.1:{self.gateway.port}"
+            options = {"base_url": f"{scheme}://{SERVICE_NAME}", "proxy": gateway}
+            options |= {"allow_http": True} if ca is None else {"ssl": trusting(ca)}
+        if plan.rate is not None:
+            options["rate_limit"] = RateLimit(plan.rate[0], burst=plan.rate[1])
+        if plan.cap is not None:
+            options["max_response_bytes"] = plan.cap
         client = AsyncSearchClient(
-            API_KEY,
-            base_url=f"http://127.0.0.1:{proxy.port}",
+            API_KEY if plan.key == "string" else self.provide,
             max_connections=plan.pool,
-            timeout=Timeout(pool=POOL_WAIT),
+            timeout=Timeout(pool=POOL_WAIT + self.wire_time()),
             retry=RetryPolicy(base=0.01, cap=0.02),
             retry_budget=None,
             middlewares=middlewares,
+            **options,
         )
         watchers: list[asyncio.Task[None]] = []
         try:
@@ -938,6 +1321,10 @@ class Example:
                 self.violations.append(
                     f"{len(proxy.open)} connections still open after the client was closed"
                 )
+            lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
+            if self.gateway is not None:
+                await self.gateway.stop()
             await proxy.stop()
             await self.service.stop()
             refuser.close()
@@ -962,6 +1349,8 @@ class Example:
         await self.until(
             lambda: all(n in service.entered or self.ended(n) for n in holders), REACH_BOUND
         )
+        if holders and plan.rate is not None:
+            await asyncio.sleep(RATE_HOLD)  # a slow answer: the calls behind it wait meanwhile
         deadlines = [c for c in plan.calls if c.deadline is not None]
         if deadlines:
             longest = max(c.deadline or 0 for c in deadlines)
@@ -970,14 +1359,25 @@ class Example:
             )
         service.release.set()
         others = [c.name for c in plan.calls if c.source != "slow" or c.kind not in BULK_KINDS]
-        await self.until(lambda: all(self.ended(n) for n in others), LIVENESS)
+        await self.until(lambda: all(self.ended(n) for n in others), LIVENESS + self.wire_time())
         self.source_gate.set()
+
+    def wire_time(self) -> float:
+        """Seconds the plan's rate limit may take to let every request it may make out."""
+        if self.plan.rate is None:
+            return 0.0
+        requests = sum(
+            max(1, len(call.id_faults), call.pages) * (2 if call.source == "calling" else 1)
+            for call in self.plan.calls
+        )
+        return requests * MAX_ATTEMPTS * (self.plan.redirects + 1) / self.plan.rate[0]
 
     async def finish_or_stop(self, watchers: list[asyncio.Task[None]]) -> None:
         tasks = list(self.tasks.values())
-        _done, pending = await asyncio.wait(tasks, timeout=LIVENESS)
+        bound = LIVENESS + self.wire_time()
+        _done, pending = await asyncio.wait(tasks, timeout=bound)
         for task in pending:
-            self.violations.append(f"{task.get_name()} did not end within {LIVENESS:g}s (stuck)")
+            self.violations.append(f"{task.get_name()} did not end within {bound:g}s (stuck)")
             task.cancel()
         for watcher in watchers:
             watcher.cancel()
@@ -1011,8 +1411,13 @@ class Example:
                 self.check_direct(call, ran, task)
             elif call.kind in WALK_KINDS:
                 self.check_walk(call, ran)
+            elif call.kind == SWARM:
+                self.check_swarm(call, ran)
             elif not call.cancel:
                 self.check_bulk(call, ran)
+        self.check_attempts()
+        self.check_rate()
+        self.check_asks()
         for key, arrivals in service.arrivals.items():
             route = self.routes[key]
             call = next(c for c in self.plan.calls if c.name == route.call)
@@ -1031,17 +1436,123 @@ class Example:
             errors.append(ran.error)
         if call.kind in BULK_KINDS and isinstance(ran.value, list):
             errors.extend(r.error for r in ran.value if r.error is not None)
+        if call.kind == SWARM and isinstance(ran.value, list):
+            errors.extend(r for r in ran.value if isinstance(r, BaseException))
         return errors
+
+    def want(self, call: Call, faults: tuple[str, ...], *, idempotent: bool) -> Expect:
+        """How one request of ``call`` must end, the plan's knobs applied to ``expect``."""
+        plan = self.plan
+        if plan.refused is not None:
+            return Expect(f"proxy-{plan.refused}", 0)  # nothing reaches the service
+        if plan.key == "failing":
+            return Expect("provider", 0)
+        want = expect(faults, idempotent=idempotent, call=call)
+        if plan.cap is not None and want.outcome == "ok":
+            return Expect("too-large", want.arrivals)  # every success body is over the cap
+        return want
+
+    def attempted(self, call: Call, ran: Ran) -> Iterable[tuple[str, int, BaseException | None]]:
+        """The requests of ``call`` whose ``attempts`` the SDK told: key, attempts, error."""
+        for key, attempts in ran.attempts.items():
+            yield key, attempts, None
+        keys: list[tuple[str, BaseException | None]] = []
+        if call.kind in BULK_KINDS and isinstance(ran.value, list):
+            keys = [(r.job_id, r.error) for r in ran.value if r.error is not None]
+        elif call.kind == SWARM and isinstance(ran.value, list):
+            keys = [
+                (job, r)
+                for job, r in zip(self.ids[call.name], ran.value, strict=True)
+                if isinstance(r, BaseException)
+            ]
+        elif ran.error is not None and call.kind not in BULK_KINDS:
+            text = self.texts.get(call.name)
+            key = self.ids[call.name][0] if text is None else text
+            keys = [(f"{key}#1" if call.kind in WALK_KINDS else key, ran.error)]
+        for key, error in keys:
+            if isinstance(error, AsyncSearchError) and error.attempts is not None:
+                yield key, error.attempts, error
+
+    def check_attempts(self) -> None:
+        """The requests the server saw for each request of a call: ``attempts``, plus one per
+        redirect followed (the server counts the first of each attempt's redirects). A proxy
+        refusing every ``CONNECT`` saw all of the attempts of every call."""
+        told = 0
+        for call in self.plan.calls:
+            if self.tasks[call.name].cancelled():
+                continue
+            for key, attempts, error in self.attempted(call, self.ran[call.name]):
+                told += attempts
+                seen = self.service.attempts[key]
+                # The deadline may cut the last attempt before its request reached the server.
+                cut = isinstance(error, APITimeoutError) and "during attempt" in str(error)
+                if (
+                    self.plan.refused is None
+                    and attempts != seen
+                    and not (cut and attempts == seen + 1)
+                ):
+                    self.violations.append(
+                        f"{call.name} {key[:12]}: attempts={attempts}, but the server saw "
+                        f"{seen} attempts of it ({_describe(error) if error else 'a success'})"
+                    )
+        refusing = self.gateway is not None and self.plan.refused is not None
+        if refusing and self.gateway is not None and told != len(self.gateway.connects):
+            self.violations.append(
+                f"the calls' attempts add up to {told}, but the proxy refused "
+                f"{len(self.gateway.connects)} CONNECTs"
+            )
+
+    def check_rate(self) -> None:
+        """At most ``per_second + burst + 1`` requests in any second, timed where they arrive
+        (the proxy's ``CONNECT`` where it refuses them all), widened only by the loop's own
+        lateness (``LoopLag``)."""
+        if self.plan.rate is None:
+            return
+        per_second, burst = self.plan.rate
+        times = self.service.times
+        if self.gateway is not None and self.plan.refused is not None:
+            times = self.gateway.connects
+        bound = per_second + burst + 1 + math.ceil(per_second * self.lag.worst)
+        if (most := busiest(times)) > bound:
+            self.violations.append(
+                f"{most} requests in one second under RateLimit({per_second:g}, burst={burst}) "
+                f"(at most {bound}, the loop late by {self.lag.worst:.3f}s at most)"
+            )
+
+    def check_asks(self) -> None:
+        """A key provider is asked at most once per call (each bulk id and page is a call of
+        its own; a failing one stops a bulk call at once); calls asking while a question is in
+        flight share it."""
+        plan = self.plan
+        if plan.key == "string":
+            return
+        if plan.key == "failing":
+            bound = len(plan.calls)
+        else:
+            bound = sum(
+                max(1, len(c.id_faults), c.pages) * (2 if c.source == "calling" else 1)
+                for c in plan.calls
+            )
+        if self.asks > bound:
+            self.violations.append(
+                f"the key provider was asked {self.asks} times (at most {bound})"
+            )
+        if self.gateway is not None and self.gateway.refused:
+            self.violations.append(
+                f"the proxy refused {self.gateway.refused} requests' credentials"
+            )
 
     def check_error_text(self, call: Call, error: BaseException) -> None:
         shown = "".join(traceback.format_exception(error))
         for link in _chain(error):
             shown += f"{link}\n{link!r}\n{link.args!r}\n"
-        if API_KEY in shown:
-            self.violations.append(
-                f"{call.name}: the API key is in the text of {_describe(error)} "
-                "(str, repr, args, its cause or context chain, or its traceback)"
-            )
+        for secret in SECRETS:
+            if secret in shown:
+                self.violations.append(
+                    f"{call.name}: a secret ({secret[:6]}...) is in the text of "
+                    f"{_describe(error)} (str, repr, args, its cause or context chain, or its "
+                    "traceback)"
+                )
 
     def check_outcome(self, call: Call, what: str, want: Expect, got: Any, error: Any) -> None:
         """One request's end (a direct call's, a bulk id's) against ``want``."""
@@ -1054,6 +1565,19 @@ class Example:
         elif want.outcome == "deadline":
             if not _is_deadline(error):
                 wrong = "APITimeoutError of the deadline"
+        elif want.outcome == "too-large":
+            if not isinstance(error, ResponseTooLargeError):
+                wrong = f"ResponseTooLargeError (max_response_bytes={self.plan.cap})"
+        elif want.outcome.startswith("proxy-"):
+            status = int(want.outcome[-3:])
+            if not (isinstance(error, ProxyError) and error.status_code == status):
+                wrong = f"ProxyError {status}: the proxy refused, nothing was sent"
+        elif want.outcome == "provider":
+            if call.kind in BULK_KINDS:
+                if not isinstance(error, KeyProviderError):
+                    wrong = "KeyProviderError, naming the key provider"
+            elif not isinstance(error, ProviderDown):
+                wrong = "ProviderDown, the key provider's own error, as it is"
         elif want.outcome == "audit":
             if not isinstance(error, AuditDown):
                 wrong = "AuditDown, the middleware's own error, as it is"
@@ -1091,7 +1615,7 @@ class Example:
 
     def check_direct(self, call: Call, ran: Ran, task: asyncio.Task[None]) -> None:
         idempotent = call.kind != "search"
-        want = expect(call.faults, idempotent=idempotent, call=call)
+        want = self.want(call, call.faults, idempotent=idempotent)
         key = self.texts.get(call.name) or self.ids[call.name][0]
         self.check_arrivals(call, "", key, want)
         if want.outcome == "cancelled" or task.cancelled():
@@ -1108,7 +1632,7 @@ class Example:
 
     def check_walk(self, call: Call, ran: Ran) -> None:
         text = self.texts[call.name]
-        want = expect(call.faults, idempotent=False, call=call)
+        want = self.want(call, call.faults, idempotent=False)
         self.check_arrivals(call, "page 1", f"{text}#1", want)
         if want.outcome != "ok":
             self.check_outcome(call, "page 1", want, ran.value, ran.error)
@@ -1141,12 +1665,23 @@ class Example:
         if call.kind == "gather" and [r.job_id for r in results] != ids[: len(results)]:
             self.violations.append(f"{call.name}: gather_extractions out of input order")
         for job, faults in zip(ids, call.id_faults, strict=True):
-            want = expect(faults, idempotent=True, call=dataclasses.replace(call, middleware=None))
+            plain = dataclasses.replace(call, middleware=None)  # never one that fails
+            want = self.want(plain, faults, idempotent=True)
             self.check_arrivals(call, f"id {job[:8]}", job, want)
             for result in (r for r in results if r.job_id == job):
                 self.check_outcome(call, f"id {job[:8]}", want, result.job, result.error)
                 if result.ok and result.job.id != job:
                     self.violations.append(f"{call.name}: id {job} answered with {result.job.id}")
+
+    def check_swarm(self, call: Call, ran: Ran) -> None:
+        if ran.error is not None or not isinstance(ran.value, list):
+            self.violations.append(f"{call.name}: the calls raised {_describe(ran.error)}")
+            return
+        for job, faults, got in zip(self.ids[call.name], call.id_faults, ran.value, strict=True):
+            want = self.want(call, faults, idempotent=True)
+            self.check_arrivals(call, f"id {job[:8]}", job, want)
+            error = got if isinstance(got, BaseException) else None
+            self.check_outcome(call, f"id {job[:8]}", want, None if error else got, error)
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -1293,6 +1828,18 @@ def test_the_plans_cover_every_capability() -> None:
         for subset in ("all", "today-safe"):
             plan = make_plan(seed, subset)
             seen.add(f"pool{plan.pool}")
+            seen.update((f"theme-{plan.theme}", f"key-{plan.key}", f"proxy-{plan.proxy}"))
+            seen.add("rate" if plan.rate else "")
+            seen.add("redirects" if plan.redirects else "")
+            seen.add("cap" if plan.cap else "")
+            if subset == "today-safe":
+                assert (plan.rate, plan.key, plan.proxy, plan.redirects, plan.cap) == (
+                    None,
+                    "string",
+                    None,
+                    0,
+                    None,
+                )
             for call in plan.calls:
                 seen.update((call.kind, f"mw-{call.middleware}", f"source-{call.source}"))
                 seen.update(call.faults)
@@ -1317,5 +1864,12 @@ def test_the_plans_cover_every_capability() -> None:
         "cancel",
         "after",
         *(f"pool{n}" for n in range(1, 5)),
+        *(f"theme-{theme}" for theme in THEMES),
+        *(f"key-{key}" for key in ("string", "rotating", "slow", "failing")),
+        *(f"proxy-{p}" for p in ("plain", "tunnel", "tunnel-407", "tunnel-502")),
+        "rate",
+        "redirects",
+        "cap",
+        SWARM,
     }
     assert wanted <= seen, wanted - seen
