@@ -57,7 +57,7 @@ from ._errors import (
 )
 from ._protocol import Request, Response, Secrets
 from ._tracing import NO_SPAN
-from ._transport import ADMIT, CONNECTION, PREPARE, SEND, Attempt, Transport
+from ._transport import ADMIT, CONNECTION, PREPARE, Attempt, Transport
 
 if TYPE_CHECKING:
     from ._tracing import CallSpan
@@ -220,7 +220,7 @@ class _Call(Generic[T]):
             try:
                 response = await self.attempt(record)
             except APIConnectionError as exc:
-                if record.phase < SEND and isinstance(exc, APITimeoutError):
+                if not record.went_out and isinstance(exc, APITimeoutError):
                     # Stopped before it was sent (the deadline, Timeout.pool, the rate limit):
                     # the last real error says what happened.
                     if self.last is None:
@@ -295,7 +295,7 @@ class _Call(Generic[T]):
             self.ended(record)
             if isinstance(exc, AsyncSearchError):
                 exc.attempts = self.attempts
-                if record.phase >= SEND and isinstance(exc, APIConnectionError):
+                if record.went_out and isinstance(exc, APIConnectionError):
                     elapsed = time.monotonic() - started
                     _log_attempt(self.request, type(exc).__name__, self.attempts, elapsed)
             raise
@@ -326,21 +326,23 @@ class _Call(Generic[T]):
             ) from exc
         self.options = self.options.keyed(key)
 
-    async def admit(self) -> None:
-        """Phase 3: the request's token of the rate limit, its connection in hand.
+    async def admit(self, record: Attempt) -> None:
+        """Phase 3: the token of the rate limit of the ``record``'s next request, its connection
+        in hand.
 
-        A wait that would end past the deadline, or last longer than ``Timeout.pool`` for a
-        direct call, is not begun; a wait cancelled takes no token.
+        A wait that would end past the deadline, or (the first request of a direct call) last
+        longer than ``Timeout.pool``, is not begun; a wait cancelled takes no token.
         """
         limit = self.shared.rate_limit
         assert limit is not None
         wait = limit.wait()
         if wait:
-            bound = None if self.pressure is not None else self.options.timeout.pool
+            redirect = record.went_out  # a later request of an attempt under way
             if self.end is not None and anyio.current_time() + wait > self.end:
-                which = "the next attempt" if self.last else "the request"
-                held = f"would pass in the {wait:.2f}s {which} would wait for {limit!r}"
-                raise self.past_deadline(None, held)
+                which = "a redirect" if redirect else "the next attempt" if self.last else "it"
+                waits = f"would pass in the {wait:.2f}s {which} waits for {limit!r}"
+                raise self.past_deadline(record, waits)
+            bound = None if self.pressure is not None or redirect else self.options.timeout.pool
             if bound is not None and wait > bound:
                 raise PoolTimeoutError(
                     f"{limit!r} would hold the request {wait:.2f}s, longer than Timeout.pool="
@@ -350,7 +352,7 @@ class _Call(Generic[T]):
 
     def ended(self, record: Attempt) -> None:
         """Count the attempt if it went out; give back a token taken for a request not sent."""
-        if record.phase >= SEND:
+        if record.went_out:
             self.attempts += 1
         if record.admitted > record.sent:
             limit = self.shared.rate_limit
@@ -358,21 +360,20 @@ class _Call(Generic[T]):
             for _ in range(record.admitted - record.sent):
                 limit.give_back()
 
-    def past_deadline(self, record: Attempt | None, what: str = "") -> APITimeoutError:
-        """The deadline's error: ``what`` happened, or what the ``record`` shows it cut short."""
-        went = record is not None and record.phase >= SEND
-        which = "the next attempt" if self.last else "the request"
-        if record is not None:
-            waiting = _WAITING.get(record.phase, "")
+    def past_deadline(self, record: Attempt, what: str | None = None) -> APITimeoutError:
+        """The deadline's error: ``what`` happened, else what the ``record`` shows it cut."""
+        went = record.went_out
+        if what is None:
+            which = "the next attempt" if self.last else "the request"
             what = (
                 f"passed during attempt {self.attempts + 1}"
                 if went
-                else f"passed while {which} waited for {waiting}"
+                else f"passed while {which} waited for {_WAITING[record.phase]}"
             )
+        unsent = "" if went or self.last else ": it was not sent"
         exc = APITimeoutError(
-            f"the call's deadline of {self.options.deadline:g}s {what}"
-            + ("" if went or self.last else ": it was not sent"),
-            request_sent=record is not None and record.sent > 0,
+            f"the call's deadline of {self.options.deadline:g}s {what}{unsent}",
+            request_sent=record.sent > 0,
         )
         exc.retryable = False  # the deadline has passed, or will: no attempt may follow
         return exc

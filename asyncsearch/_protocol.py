@@ -866,11 +866,10 @@ REDACTED = "[redacted]"
 #: sees, sends its credentials in ``Proxy-Authorization`` too).
 SECRET_HEADERS = frozenset({"x-api-key", "proxy-authorization"})
 # Such a header quoted in a text: a repr of a dict of headers, a raw header block.
-_HEADER_TEXT = (
-    r"((?:x-api-key|proxy-authorization)['\"]?\s*[:=,]\s*['\"]?)(?!\[redacted\])[^'\"\r\n,;})\]]+"
+_HEADER_IN_TEXT = re.compile(
+    r"((?:x-api-key|proxy-authorization)['\"]?\s*[:=,]\s*['\"]?)(?!\[redacted\])[^'\"\r\n,;})\]]+",
+    re.IGNORECASE,
 )
-_HEADER_IN_TEXT = re.compile(_HEADER_TEXT, re.IGNORECASE)
-_HEADER_IN_BYTES = re.compile(_HEADER_TEXT.encode(), re.IGNORECASE)
 
 
 class Secrets:
@@ -899,11 +898,6 @@ class Secrets:
                 text = text.replace(secret, REDACTED)
         return _HEADER_IN_TEXT.sub(r"\1" + REDACTED, text)
 
-    def _redact_bytes(self, data: bytes) -> bytes:
-        for secret in self.texts:
-            data = data.replace(secret.encode(), REDACTED.encode())
-        return _HEADER_IN_BYTES.sub(rb"\1" + REDACTED.encode(), data)
-
     def scrubbed(self, value: Any, *, shown: bool = True, depth: int = 0) -> Any:
         """``value`` if it shows no secret, else a scrubbed copy of the same type.
 
@@ -914,30 +908,26 @@ class Secrets:
         """
         if isinstance(value, str):
             return self.redact(value)
-        if isinstance(value, bytes | bytearray):
-            clean = self._redact_bytes(bytes(value))
-            return value if clean == value else type(value)(clean)
+        if isinstance(value, bytes | bytearray):  # as UTF-8, any other byte kept as it was
+            text = value.decode("utf-8", "surrogateescape")
+            clean = self.redact(text)
+            return value if clean == text else type(value)(clean.encode("utf-8", "surrogateescape"))
         if value is None or isinstance(value, bool | int | float | BaseException) or depth > 8:
             return value  # nothing to show a secret, or walked on its own (an exception)
+        deeper: dict[str, Any] = {"shown": shown, "depth": depth + 1}
         if isinstance(value, Mapping):
             items = [
-                (
-                    key,
-                    REDACTED
-                    if str(key).lower() in SECRET_HEADERS
-                    else self.scrubbed(item, shown=shown, depth=depth + 1),
-                )
-                for key, item in value.items()
+                (k, REDACTED if str(k).lower() in SECRET_HEADERS else self.scrubbed(v, **deeper))
+                for k, v in value.items()
             ]
             if all(new is old for (_, new), old in zip(items, value.values(), strict=True)):
                 return value
-            if isinstance(value, CIMultiDictProxy | CIMultiDict):
-                copy: Any = CIMultiDict(items)
-                return CIMultiDictProxy(copy) if isinstance(value, CIMultiDictProxy) else copy
-            if isinstance(value, dict):
-                return dict(items) if type(value) is dict else _remade(value, items, dict)
+            if isinstance(value, CIMultiDictProxy):
+                return CIMultiDictProxy(CIMultiDict(items))
+            if isinstance(value, CIMultiDict | dict):
+                return _remade(value, items, dict)
         elif isinstance(value, list | tuple | set | frozenset):
-            parts = [self.scrubbed(item, shown=shown, depth=depth + 1) for item in value]
+            parts = [self.scrubbed(item, **deeper) for item in value]
             if all(new is old for new, old in zip(parts, value, strict=True)):
                 return value
             if hasattr(value, "_make"):  # a named tuple (aiohttp's RequestInfo)
@@ -946,8 +936,7 @@ class Secrets:
         if not shown:
             return value
         shows = repr(value)
-        scrubbed = self.redact(shows)
-        return value if scrubbed == shows else scrubbed
+        return value if (clean := self.redact(shows)) == shows else clean
 
     def scrub(self, error: BaseException) -> None:
         """Take the secrets out of ``error`` and all it leads to: its arguments, notes and
@@ -963,13 +952,9 @@ class Secrets:
             seen.add(id(exc))
             exc.args = self.scrubbed(exc.args)
             for name, value in list(getattr(exc, "__dict__", {}).items()):
-                if name != "__traceback__":
-                    setattr(exc, name, self.scrubbed(value, shown=name == "__notes__"))
+                setattr(exc, name, self.scrubbed(value, shown=name == "__notes__"))
             group = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
             todo += (exc.__cause__, exc.__context__, *group)
-
-    def __repr__(self) -> str:
-        return f"<{len(self.texts)} secrets>"
 
 
 def _remade(value: Any, parts: Any, base: type[Any]) -> Any:
@@ -978,15 +963,6 @@ def _remade(value: Any, parts: Any, base: type[Any]) -> Any:
         return type(value)(parts)
     except Exception:
         return base(parts)
-
-
-def proxy_secrets(login: str, password: str, *raw: str) -> set[str]:
-    """The forms of a proxy's credentials besides their header: the password and
-    ``user:password``, as given and percent-encoded (``raw``: as a URL gave them)."""
-    if not password:
-        return set(raw)
-    encoded = quote(password, safe="")
-    return {password, encoded, f"{login}:{password}", f"{quote(login, safe='')}:{encoded}", *raw}
 
 
 # ---------------------------------------------------------------------------------------------

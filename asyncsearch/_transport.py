@@ -25,6 +25,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import anyio
@@ -47,14 +48,7 @@ from ._errors import (
     ResponseTooLargeError,
     ResponseValidationError,
 )
-from ._protocol import (
-    Request,
-    Response,
-    proxy_secrets,
-    redirect_target,
-    request_id,
-    status_error,
-)
+from ._protocol import Request, Response, redirect_target, request_id, status_error
 from ._version import __version__
 
 USER_AGENT = (
@@ -117,6 +111,32 @@ class Attempt:
         self.sends = 0
         self.response: aiohttp.ClientResponse | None = None
         self.error: BaseException | None = None
+
+    @property
+    def went_out(self) -> bool:
+        """Whether the attempt reached phase 4 (its first request, or a later one of it)."""
+        return self.sent > 0 or self.phase >= SEND
+
+    async def admit(self, admit: Callable[[Attempt], Awaitable[None]]) -> None:
+        """Phase 3 of a request: ``admit`` lets it out (its rate-limit token)."""
+        self.phase = ADMIT
+        await admit(self)
+        self.admitted += 1
+
+    def send(self, hop: int, own: bool) -> None:
+        """Phase 4 of request ``hop`` (0: the attempt's first, then its redirects)."""
+        self.phase = SEND
+        if hop:
+            self.next_request()
+        if not own:
+            self.sent += 1  # handed to aiohttp: all a caller's session lets us know
+
+    def read(self, own: bool) -> None:
+        """Phase 5: an answer's head came (counted here if no recorder saw it: a test's mock)."""
+        self.phase = READ
+        if not self.sends:
+            self.sent += 1 if own else 0  # a caller's session's was counted as handed over
+            self.answered += 1
 
     def chain(self, middlewares: tuple[Any, ...]) -> tuple[Any, ...]:
         """The middlewares of one request, the recorders around the client's own."""
@@ -267,7 +287,7 @@ class Transport:
         record: Attempt,
         *,
         bulk: bool = False,
-        admit: Callable[[], Awaitable[None]] | None = None,
+        admit: Callable[[Attempt], Awaitable[None]] | None = None,
     ) -> Response:
         """Send one attempt of ``request`` under a call's ``options``; the final response, read.
 
@@ -349,7 +369,7 @@ async def _follow_redirects(
     request: Request[Any],
     options: Options,
     record: Attempt,
-    admit: Callable[[], Awaitable[None]] | None,
+    admit: Callable[[Attempt], Awaitable[None]] | None,
     *,
     own: bool,
     proxy: Mapping[str, str] | None = None,
@@ -374,14 +394,8 @@ async def _follow_redirects(
     status = 0
     for hop in range(options.max_redirects + 1):
         if admit is not None:
-            record.phase = ADMIT
-            await admit()
-            record.admitted += 1
-        record.phase = SEND
-        if hop:
-            record.next_request()
-        if not own:
-            record.sent += 1  # handed to aiohttp: all a caller's session lets us know
+            await record.admit(admit)
+        record.send(hop, own)
         try:
             async with session.request(
                 method,
@@ -395,10 +409,7 @@ async def _follow_redirects(
                 # None: a caller's session runs its own (a list here would replace them).
                 middlewares=record.chain(options.middlewares) if own else None,
             ) as resp:
-                record.phase = READ
-                if not record.sends:  # no recorder ran: a caller's session, or a test's mock
-                    record.sent += 0 if not own else 1  # a caller's was counted as handed over
-                    record.answered += 1
+                record.read(own)
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
@@ -453,16 +464,25 @@ def _proxy_of(
     header, forms = None, set()
     if url is not None and url.user is not None:
         login, password = url.user, url.password or ""
-        raw = f"{url.raw_user}:{url.raw_password or ''}"
-        forms = proxy_secrets(login, password, raw, url.raw_password or "")
         header = "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
+        forms = _forms(login, password, url.raw_password, f"{url.raw_user}:{url.raw_password}")
         url = url.with_user(None)
     if auth is not None:
         header = auth.encode()
-        forms |= proxy_secrets(auth.login, auth.password)
+        forms |= _forms(auth.login, auth.password)
     if header is None:
         return url, None, forms
     return url, {"Proxy-Authorization": header}, {*forms, header, header.split(" ")[-1]}
+
+
+def _forms(login: str, password: str, *raw: str | None) -> set[str]:
+    """A proxy's password and ``user:password``, as given and percent-encoded (and ``raw``, as
+    its URL gave them): every form a text may show them in, but the header's."""
+    if not password:
+        return set()
+    encoded = quote(password, safe="")
+    pair = f"{quote(login, safe='')}:{encoded}"
+    return {password, encoded, f"{login}:{password}", pair, *(r for r in raw if r)}
 
 
 def classify(exc: Exception, record: Attempt | None) -> BaseException:
@@ -641,55 +661,61 @@ def _too_large(limit: int) -> ResponseTooLargeError:
     )
 
 
+#: How each aiohttp error reads, and whether it may have reached the server: "connecting" (the
+#: connect phase: DNS, connect, TLS handshake, where aiohttp raises these and no byte of the
+#: request is written) or "maybe". The first match wins.
+_TRANSLATIONS: tuple[tuple[type[BaseException], type[APIConnectionError], str, str], ...] = (
+    (aiohttp.ConnectionTimeoutError, APITimeoutError, "timed out connecting: {}", "connecting"),
+    (
+        aiohttp.SocketTimeoutError,
+        APITimeoutError,
+        "timed out waiting for data from the server: {}",
+        "maybe",
+    ),
+    (TimeoutError, APITimeoutError, "the request ran past its total timeout ({})", "maybe"),
+    (aiohttp.ClientSSLError, APIConnectionError, "TLS failed: {}", "connecting"),
+    (aiohttp.ClientConnectorError, APIConnectionError, "connection failed: {}", "connecting"),
+    (
+        aiohttp.ClientPayloadError,
+        APIConnectionError,
+        "the response body was cut or malformed: {}",
+        "maybe",
+    ),
+    (
+        aiohttp.ServerDisconnectedError,
+        APIConnectionError,
+        "the server closed the connection without answering: {}",
+        "maybe",
+    ),
+    (
+        aiohttp.ClientResponseError,
+        APIConnectionError,
+        "the server sent a malformed response: {}",
+        "maybe",
+    ),
+    (Exception, APIConnectionError, "connection failed: {}", "maybe"),
+)
+
+
 def _translate(exc: Exception, *, sent: bool | None = None) -> AsyncSearchError:
     """Map an aiohttp or OS error to the asyncsearch error a caller can act on.
 
     ``sent``: whether the request went out, as recorded (``None``: judged by the type, as for a
-    caller's session: the connect-phase types below say it did not).
+    caller's session: the connect-phase types say it did not).
     """
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    kept = sent is not False  # may have reached the server
-    connecting = sent is True  # went out, whatever the type says (a redirect was answered)
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return APIConnectionError(
-            f"TLS certificate verification failed (not retried): {detail}",
-            retryable=False,
-            request_sent=False,
-        )
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.InvalidURL):
+        what = "TLS certificate verification failed (not retried)"
+        if isinstance(exc, aiohttp.InvalidURL):
+            what = "invalid URL"
+        return APIConnectionError(f"{what}: {detail}", retryable=False, request_sent=False)
     if isinstance(exc, aiohttp.ClientHttpProxyError):
         # The proxy's answer to the CONNECT of an https:// service's tunnel: nothing went on.
         return ProxyError(
             f"the proxy refused to open a tunnel to the service: {exc.status} {exc.message}",
             status_code=exc.status,
         )
-    # aiohttp raises ConnectionTimeoutError and ClientConnectorError (with its TLS subclasses)
-    # only while it opens the connection (DNS, connect, TLS handshake), before any byte of the
-    # request is written: the server cannot have acted on it (request_sent=False).
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return APITimeoutError(f"timed out connecting: {detail}", request_sent=connecting)
-    if isinstance(exc, aiohttp.SocketTimeoutError):
-        return APITimeoutError(
-            f"timed out waiting for data from the server: {detail}", request_sent=kept
-        )
-    if isinstance(exc, TimeoutError):
-        return APITimeoutError(
-            f"the request ran past its total timeout ({detail})", request_sent=kept
-        )
-    if isinstance(exc, aiohttp.ClientSSLError):  # a ClientConnectorError too
-        return APIConnectionError(f"TLS failed: {detail}", request_sent=connecting)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return APIConnectionError(f"connection failed: {detail}", request_sent=connecting)
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return APIConnectionError(
-            f"the response body was cut or malformed: {detail}", request_sent=kept
-        )
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        message = "the server closed the connection without answering"
-        return APIConnectionError(f"{message}: {detail}", request_sent=kept)
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return APIConnectionError(
-            f"the server sent a malformed response: {detail}", request_sent=kept
-        )
-    if isinstance(exc, aiohttp.InvalidURL):
-        return APIConnectionError(f"invalid URL: {detail}", retryable=False, request_sent=False)
-    return APIConnectionError(f"connection failed: {detail}", request_sent=kept)
+    kind, message, phase = next((k, m, p) for t, k, m, p in _TRANSLATIONS if isinstance(exc, t))
+    # A connect-phase type sent nothing, unless the record says otherwise (a redirect answered).
+    sent = sent is True if phase == "connecting" else sent is not False
+    return kind(message.format(detail), request_sent=sent)

@@ -391,3 +391,23 @@ async def test_a_deadline_the_rate_limit_would_pass_ends_with_the_real_error(
     assert "deadline of 1s would pass" in error.retries_stopped
     assert "RateLimit(per_second=0.5, burst=1)" in error.retries_stopped
     assert len(server.seen) == 1
+
+
+async def test_a_redirect_s_token_past_the_deadline_ends_an_attempt_that_went_out(
+    serve: Serve, clock: Clock
+) -> None:
+    """The attempt's first request reached the server; its redirect's token is a second away,
+    past the deadline: the error says so, counts the attempt and does not claim nothing was
+    sent (seen in review: "it was not sent", attempts=0)."""
+    limit = RateLimit(per_second=1, burst=1)
+    server = await serve(redirecting(1))
+    options: dict[str, object] = {"rate_limit": limit, "deadline": 0.5}
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url, **options) as client:
+        with pytest.raises(APITimeoutError) as caught:
+            await client.get_extraction(JOB_ID)
+    error = caught.value
+    assert "a redirect waits for RateLimit(per_second=1, burst=1)" in str(error)
+    assert "not sent" not in str(error)
+    assert (error.attempts, error.request_sent, error.retryable) == (1, True, False)
+    assert len(server.seen) == 1
+    assert limit.tokens == 0  # the first request's token is spent; the redirect took none
