@@ -793,7 +793,10 @@ class RateLimit:
         self._stamp = now
         return self._tokens
 
-    tokens = property(_refill, doc="Tokens now, with a fraction; read in the client's event loop.")
+    @property
+    def tokens(self) -> float:
+        """Tokens now, with a fraction; read in the client's event loop."""
+        return self._refill()
 
     def wait(self) -> float:
         """Seconds an attempt asking now would wait for its token (after every waiting one)."""
