@@ -169,7 +169,7 @@ class HitBatches:
     settled: set[EmbeddingName] = field(default_factory=set)
     #: Per settled column, how many vectors came after it was settled and were left out.
     left_out: dict[EmbeddingName, int] = field(default_factory=dict)
-    held: list[_HeldPage] = field(default_factory=list)
+    _held: list[_HeldPage] = field(default_factory=list, init=False, repr=False)
     held_hits: int = 0
     walked_hits: int = 0
 
@@ -200,7 +200,7 @@ class HitBatches:
             matrices = embedding_matrices(chosen, EMBEDDING_NAMES)
             for name in EMBEDDING_NAMES:
                 vectors[name] = self._matrix(chosen, name, matrices[name])
-        self.held.append(_HeldPage(scalars, vectors, len(chosen)))
+        self._held.append(_HeldPage(scalars, vectors, len(chosen)))
         self.held_hits += len(chosen)
         self.walked_hits += len(chosen)
         if self.held_hits >= self.max_held_hits:
@@ -261,8 +261,8 @@ class HitBatches:
         schema = self.schema
         if schema is None:
             return []
-        batches = [self._batch(page, schema) for page in self.held]
-        self.held.clear()
+        batches = [self._batch(page, schema) for page in self._held]
+        self._held.clear()
         self.held_hits = 0
         return batches
 
