@@ -512,12 +512,19 @@ _SIGNATURES = (
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
     """Turn image bytes or a file path into the base64 data URL that ``search(image=...)`` takes.
 
-    The type is taken from ``mime``, else from the bytes' signature (PNG, JPEG, GIF, WebP, BMP,
-    TIFF, ICO, AVIF, HEIC), else from the file name's extension. Raises ``InvalidRequestError``
-    when the data is not an image (``mime`` not ``image/...``, a known non-image signature such
-    as PDF or ZIP, an extension of another type such as ``.txt``), when the type cannot be told,
-    or when the data URL would be longer than the service's limit of 600,000 characters. A path
-    is read synchronously.
+    Args:
+        source: The image's bytes, or the path of its file (read synchronously).
+        mime: The image's type (``image/...``); not given: from the bytes' signature (PNG,
+            JPEG, GIF, WebP, BMP, TIFF, ICO, AVIF, HEIC), else from the file name's extension.
+
+    Returns:
+        ``data:<type>;base64,...``.
+
+    Raises:
+        InvalidRequestError: The data is not an image (``mime`` not ``image/...``, a known
+            non-image signature such as PDF or ZIP, an extension of another type such as
+            ``.txt``), its type cannot be told, or the data URL would be longer than the
+            service's limit of 600,000 characters.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
