@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self, TypeVar
 
 import msgspec
 
@@ -653,10 +653,14 @@ class SearchPage(_WireWithLists, _Answer, gc=True, dict=True):
             A float32 array of shape (hits, dimensions).
 
         Raises:
+            InvalidRequestError: ``name`` is not an embedding's name.
             ImportError: numpy is not installed (the message says how to install it).
             ResponseValidationError: Hits disagree on the number of dimensions, or a vector
                 does not fit.
         """
+        if name not in _EMBEDDING_NAMES:
+            known = " or ".join(repr(known) for known in _EMBEDDING_NAMES)
+            raise InvalidRequestError(f"embedding_matrix(): name must be {known}, got {name!r}")
         matrix: numpy.typing.NDArray[numpy.float32] = embedding_matrices(self.hits, (name,))[name][
             0
         ]
@@ -674,6 +678,10 @@ _vector_decoders: dict[str, msgspec.json.Decoder[Any]] = {
     )
     for name in ("small3_512", "clip2")
 }
+
+
+#: The names of a hit's embeddings (``Embeddings``' fields).
+_EMBEDDING_NAMES: Final = ("small3_512", "clip2")
 
 
 def embedding_matrices(
