@@ -150,6 +150,14 @@ class APIResponse(Generic[T]):
             except ResponseValidationError as exc:
                 exc.attempts = self.attempts
                 exc.request_id = self.request_id
+                content_type = self._response.headers.get("Content-Type")
+                protocol.explain_not_json(
+                    exc,
+                    status=self.status_code,
+                    content_type=content_type,
+                    url=self.url,
+                    secrets=self._secrets,
+                )
                 # A server (or a proxy's debug page) may echo the request's headers.
                 self._secrets.scrub(exc)
                 raise

@@ -432,43 +432,51 @@ class AsyncSearchClient(AsyncClosing):
     Use it as ``async with AsyncSearchClient(...) as client:`` (or call ``await client.aclose()``).
     One client holds one connection pool; make it once and share it across tasks.
 
-    Parameters:
-        api_key: sent as ``X-Api-Key``: a string, or a function (sync or async) returning it, asked
-            before each call and once more after a 401; defaults to env ``ASYNCSEARCH_API_KEY``.
-        base_url: the service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
-        base_id: sends ``X-Service-Base-Id`` to run against that base.
+    Every endpoint method, pager and bulk helper also takes ``RequestOptions`` for one call:
+    ``timeout``, ``retry``, ``max_retries``, ``deadline``, ``middlewares``, ``extra_headers``,
+    ``extra_query`` (and ``extra_body`` on searches).
+
+    Args:
+        api_key: Sent as ``X-Api-Key``: a string, or a function (sync or async) returning it,
+            asked before each call and once more after a 401; defaults to env
+            ``ASYNCSEARCH_API_KEY``.
+        base_url: The service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
+        base_id: Sends ``X-Service-Base-Id`` to run against that base.
         timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or seconds (the total,
             capping the others); ``None`` turns every limit off; not given: ``Timeout()``.
-        retry: the ``RetryPolicy``: which failures are retried, how often, and the waits; the
+        retry: The ``RetryPolicy``: which failures are retried, how often, and the waits; the
             default retries connection errors, timeouts, 408, 429 and 5xx twice.
-        max_retries, max_retry_after, retry_search: shorthands for those of ``retry`` (over it).
-        deadline: seconds a call may take in all, attempts and the waits between them (an
+        max_retries: Shorthand for ``retry``'s (over it): retries after the first attempt.
+        deadline: Seconds a call may take in all, attempts and the waits between them (an
             attempt cut short raises ``APITimeoutError``; a retry whose wait would end past it
             is not made); ``None``: no bound but each attempt's ``timeout``.
         middlewares: aiohttp client middlewares (``async def mw(request, handler)``) run on
             every attempt; not with ``session`` (give them to that session).
-        max_connections: size of the connection pool (ignored when ``session`` is given); a
+        max_connections: Size of the connection pool (ignored when ``session`` is given); a
             call waits at most ``Timeout.pool`` for a free connection (``PoolTimeoutError``).
-        session: an ``aiohttp.ClientSession`` to use; the client never closes it.
-        headers: extra headers on every request (they cannot replace the key or base id).
-        ssl: an ``ssl.SSLContext``, e.g. to trust a private CA.
-        trust_env: take proxies and netrc from the environment, as aiohttp does.
-        proxy, proxy_auth: the proxy of every request, as aiohttp takes them; not with ``session``.
-        max_response_bytes: cap on a decoded body; past it ``ResponseTooLargeError``.
-        allow_http: allow a plain ``http://`` base URL to a host that is not loopback.
-        max_redirects: how many same-origin redirects one attempt follows.
-        retry_budget: a ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
-        rate_limit: a ``RateLimit`` (requests per second) shared with ``with_options`` clients.
-        first_page: the number of the first page, used by the page iterators.
+        session: An ``aiohttp.ClientSession`` to use; the client never closes it.
+        headers: Extra headers on every request (they cannot replace the key or base id).
+        ssl: An ``ssl.SSLContext``, e.g. to trust a private CA.
+        trust_env: Take proxies and netrc from the environment, as aiohttp does.
+        proxy: The proxy of every request (a ``str`` or ``yarl.URL``, ``http://`` or
+            ``https://``), as aiohttp takes it; not with ``session``.
+        proxy_auth: The proxy's credentials (``aiohttp.BasicAuth``); not with ``session``.
+        max_response_bytes: Cap on a decoded body; past it ``ResponseTooLargeError``.
+        allow_http: Allow a plain ``http://`` base URL to a host that is not loopback.
+        max_retry_after: Shorthand for ``retry``'s (over it): the longest ``Retry-After``
+            waited.
+        max_redirects: How many same-origin redirects one attempt follows.
+        retry_budget: A ``RetryBudget`` shared with ``with_options`` clients; ``None`` disables.
+        rate_limit: A ``RateLimit`` (requests per second) shared with ``with_options`` clients.
+        first_page: The number of the first page, used by the page iterators.
+        retry_search: Shorthand for ``retry``'s (over it): ``"safe"`` or ``"always"``.
         tracing: OpenTelemetry spans when ``opentelemetry-api`` is importable (``otel`` extra);
             with no SDK configured they cost next to nothing.
-        trace_content: put the query text, image, request body and URL query on spans; not
+        trace_content: Put the query text, image, request body and URL query on spans; not
             given: env ``ASYNCSEARCH_TRACE_CONTENT`` (``1``, ``true``, ``yes``), else off.
 
-    Every endpoint method, pager and bulk helper also takes ``RequestOptions`` for one call:
-    ``timeout``, ``retry``, ``max_retries``, ``deadline``, ``middlewares``, ``extra_headers``,
-    ``extra_query`` (and ``extra_body`` on searches). Raises ``ConfigurationError`` for a
-    missing key or URL and for invalid options.
+    Raises:
+        ConfigurationError: A missing key or URL, or an option that is not valid.
     """
 
     def __init__(
@@ -559,6 +567,17 @@ class AsyncSearchClient(AsyncClosing):
         ``headers`` are merged into the client's (a name in any case replaces the header of that
         name, a value of ``None`` removes it); ``headers=None`` removes them all.
         Closing the returned client does not close the shared pool.
+
+        Args:
+            **changes: The options to change (``OptionChanges``), as ``AsyncSearchClient``
+                takes them.
+
+        Returns:
+            A new client; this one is unchanged.
+
+        Raises:
+            ClientClosedError: This client is closed.
+            ConfigurationError: An option that is not valid, or one of the pool's.
         """
         self._check_open()
         options = self._sendable(self._options.merge(changes), ConfigurationError)
@@ -624,16 +643,26 @@ class AsyncSearchClient(AsyncClosing):
     ) -> _Prepared[SearchPage]:
         """Search resources by text, image (a data URL) or similarity to a resource.
 
-        Keyword arguments (``SearchParams``, every one optional): ``image``, ``resource_id``,
-        ``filters``, ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``;
-        and the call's options (``SearchOptions``). ``filters`` and ``sort`` take the Struct or
-        a dict with the same keys; arguments left as ``None`` are not sent. Each hit decodes its
-        embeddings on first read of ``hit.embeddings`` (see ``SearchHit``); ``embeddings=False``
-        drops them once the page is parsed (``hit.embeddings`` is ``None``), so that the
-        answer's bytes can be freed.
-        Raises ``InvalidRequestError`` before sending when an argument is past the spec's
-        limits (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
-        the client's ``first_page``.
+        Each hit decodes its embeddings on first read of ``hit.embeddings`` (see
+        ``SearchHit``).
+
+        Args:
+            text: The query text (at most 255 characters), or ``None`` for an image or
+                similarity search.
+            embeddings: ``False`` drops the hits' vectors once the page is parsed
+                (``hit.embeddings`` is ``None``), so that the answer's bytes can be freed.
+            **params: The search's ``SearchParams`` (``image``, ``resource_id``, ``filters``,
+                ``precision``, ``queries``, ``incognito``, ``page``, ``page_size``, ``sort``;
+                every one optional, ``None`` not sent; ``filters`` and ``sort`` take the Struct
+                or a dict with the same keys) and the call's ``SearchOptions``.
+
+        Returns:
+            One page of hits.
+
+        Raises:
+            InvalidRequestError: Before sending, when an argument is past the spec's limits
+                (text over 255 characters, precision outside [0, 1], ...) or ``page`` is below
+                the client's ``first_page``.
         """
         options, search = _split(params)
         page = search.get("page")
@@ -652,9 +681,18 @@ class AsyncSearchClient(AsyncClosing):
         format: ExtractionFormat | None = None,
         **options: Unpack[RequestOptions],
     ) -> _Prepared[ExtractionJob]:
-        """The result of an extraction job; ``format`` is "json" or "markdown".
+        """The result of an extraction job.
 
-        Raises ``NotFoundError`` when the job does not exist.
+        Args:
+            job_id: The job's id.
+            format: ``"json"`` or ``"markdown"``; not sent when ``None``.
+            **options: The call's ``RequestOptions``.
+
+        Returns:
+            The job, with its extraction once it has one.
+
+        Raises:
+            NotFoundError: The job does not exist.
         """
         return _Prepared(protocol.get_extraction(job_id, format=format), options)
 
@@ -662,21 +700,53 @@ class AsyncSearchClient(AsyncClosing):
     def link_preview(
         self, url: str, *, type: LinkType | None = None, **options: Unpack[RequestOptions]
     ) -> _Prepared[LinkPreview]:
-        """Open-graph data of a URL; ``type`` is "cache" or "link"."""
+        """Open-graph data of a URL.
+
+        Args:
+            url: The page to preview.
+            type: ``"cache"`` or ``"link"``; not sent when ``None``.
+            **options: The call's ``RequestOptions``.
+
+        Returns:
+            The page's title, description, image and the like.
+        """
         return _Prepared(protocol.link_preview(url, type=type), options)
 
     @_Endpoint
     def list_webhook_logs(
         self, job_id: str | uuid.UUID, **options: Unpack[RequestOptions]
     ) -> _Prepared[list[WebhookLogSummary]]:
-        """The webhook delivery attempts of an extraction job, in summary form."""
+        """The webhook delivery attempts of an extraction job, in summary form.
+
+        Args:
+            job_id: The job's id.
+            **options: The call's ``RequestOptions``.
+
+        Returns:
+            One summary per delivery attempt.
+
+        Raises:
+            NotFoundError: The job does not exist.
+        """
         return _Prepared(protocol.list_webhook_logs(job_id), options)
 
     @_Endpoint
     def get_webhook_log(
         self, job_id: str | uuid.UUID, log_id: str | uuid.UUID, **options: Unpack[RequestOptions]
     ) -> _Prepared[WebhookLog]:
-        """One webhook delivery attempt with its request payload and response body."""
+        """One webhook delivery attempt with its request payload and response body.
+
+        Args:
+            job_id: The job's id.
+            log_id: The delivery attempt's id (from ``list_webhook_logs``).
+            **options: The call's ``RequestOptions``.
+
+        Returns:
+            The delivery attempt.
+
+        Raises:
+            NotFoundError: The job or the log does not exist.
+        """
         return _Prepared(protocol.get_webhook_log(job_id, log_id), options)
 
     # -- paging ------------------------------------------------------------------------------
@@ -686,14 +756,36 @@ class AsyncSearchClient(AsyncClosing):
     ) -> SearchPager[SearchPage]:
         """Walk the pages of a search: ``async for page in client.search_pages("q"): ...``.
 
-        Takes the arguments of ``search`` except ``page``. The walk starts at ``start_page``
-        (default: the client's ``first_page``; a lower one is refused) and ends when
-        ``has_more`` is false, when a page is empty, when a page repeats the previous one (a
-        service ignoring the page number; a WARNING is logged) or at ``max_pages`` (logged at
-        DEBUG: a cap you asked for). With ``prefetch`` the next page is requested while the
-        caller works on the current one. ``dedupe`` drops hits already yielded in this walk.
-        The call's options (``SearchOptions``) apply to every page's request. Arguments are
-        validated now, before anything is sent.
+        The walk ends when ``has_more`` is false, when a page is empty, when a page repeats the
+        previous one (a service ignoring the page number; a WARNING is logged) or at
+        ``max_pages`` (logged at DEBUG: a cap you asked for). Arguments are validated now,
+        before anything is sent.
+
+        Args:
+            text: The query text, as ``search`` takes it.
+            start_page: The first page walked (default: the client's ``first_page``; a lower
+                one is refused).
+            max_pages: The most pages walked; ``None``: no cap.
+            prefetch: Request the next page while the caller works on the current one
+                (default ``True``).
+            dedupe: Drop hits already yielded in this walk (default ``False``).
+            embeddings: ``False`` drops the hits' vectors, as ``search`` does (default
+                ``True``).
+            image: As ``search`` takes it.
+            resource_id: As ``search`` takes it.
+            filters: As ``search`` takes it.
+            precision: As ``search`` takes it.
+            queries: As ``search`` takes it.
+            incognito: As ``search`` takes it.
+            page_size: As ``search`` takes it.
+            sort: As ``search`` takes it.
+            **params: The call's ``SearchOptions``, applied to every page's request.
+
+        Returns:
+            The pages, as an async iterator and context manager (``SearchPager``).
+
+        Raises:
+            InvalidRequestError: An argument that is not valid (before anything is sent).
         """
         return self._pager("search_pages", text, None, params)
 
@@ -706,8 +798,31 @@ class AsyncSearchClient(AsyncClosing):
     ) -> SearchPager[SearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
-        Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
-        without fetching pages it does not need.
+        Like ``search_pages``, yielding hits one by one.
+
+        Args:
+            text: The query text, as ``search`` takes it.
+            max_items: Stop after this many hits, without fetching pages it does not need.
+            start_page: As ``search_pages`` takes it.
+            max_pages: As ``search_pages`` takes it.
+            prefetch: As ``search_pages`` takes it.
+            dedupe: As ``search_pages`` takes it.
+            embeddings: As ``search_pages`` takes it.
+            image: As ``search`` takes it.
+            resource_id: As ``search`` takes it.
+            filters: As ``search`` takes it.
+            precision: As ``search`` takes it.
+            queries: As ``search`` takes it.
+            incognito: As ``search`` takes it.
+            page_size: As ``search`` takes it.
+            sort: As ``search`` takes it.
+            **params: The call's ``SearchOptions``, applied to every page's request.
+
+        Returns:
+            The hits, as an async iterator and context manager (``SearchPager``).
+
+        Raises:
+            InvalidRequestError: An argument that is not valid (before anything is sent).
         """
         return self._pager("search_hits", text, max_items, params)
 
@@ -764,16 +879,27 @@ class AsyncSearchClient(AsyncClosing):
     ) -> ExtractionResults[Id]:
         """Fetch many extraction jobs concurrently, yielding one ``ExtractionResult`` per id.
 
-        ``job_ids`` (a plain or async iterable) is read lazily, so any number of ids runs in
-        bounded memory. At most ``concurrency`` requests are in flight; on 429 and 503 answers
-        fewer are sent and the number grows back as calls succeed, and a ``Retry-After`` pauses
-        the whole batch. Results come as completed, or in input order with ``ordered=True``.
-        A failed job becomes a result with ``.error``: every id given comes back exactly once per
-        occurrence. ``on_progress(done, total)`` is called as ids finish; ``total`` is
-        ``len(job_ids)``, or ``None`` when it has no length (a generator, an async iterable):
-        ``done`` still counts every id. The call's options (``RequestOptions``) apply to every
-        request. Raises ``InvalidRequestError`` at once for bad arguments and a single id (a
-        ``str``, ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
+        On 429 and 503 answers fewer requests are sent and the number grows back as calls
+        succeed, and a ``Retry-After`` pauses the whole batch. A failed job becomes a result
+        with ``.error``: every id given comes back exactly once per occurrence.
+
+        Args:
+            job_ids: A plain or async iterable of ids, read lazily, so any number of ids runs in
+                bounded memory.
+            concurrency: The most requests in flight.
+            ordered: Yield results in input order instead of as they complete.
+            format: ``"json"`` or ``"markdown"``, as ``get_extraction`` takes it.
+            on_progress: Called as ``on_progress(done, total)`` as ids finish; ``total`` is
+                ``len(job_ids)``, or ``None`` when it has no length (a generator, an async
+                iterable): ``done`` still counts every id.
+            **options: The call's ``RequestOptions``, applied to every request.
+
+        Returns:
+            The results, as an async iterator and context manager (``ExtractionResults``).
+
+        Raises:
+            InvalidRequestError: At once, for bad arguments and a single id (a ``str``,
+                ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
         fan = {"ordered": ordered, "on_progress": on_progress}
         return self._bulk("iter_extractions", job_ids, concurrency, format, options, **fan)
@@ -789,11 +915,23 @@ class AsyncSearchClient(AsyncClosing):
     ) -> list[ExtractionResult[Id]]:
         """Fetch many extraction jobs concurrently and return their results in input order.
 
-        Like ``iter_extractions`` (any iterable or async iterable of ids; failed jobs are results
-        with ``.error``, never dropped; ``on_progress`` gets ``None`` as the total when
-        ``job_ids`` has no length), but collected into a list: use ``iter_extractions`` for more
-        ids than fit in memory. A single id instead of an iterable raises ``InvalidRequestError``
-        before anything is sent.
+        Like ``iter_extractions`` (failed jobs are results with ``.error``, never dropped), but
+        collected into a list: use ``iter_extractions`` for more ids than fit in memory.
+
+        Args:
+            job_ids: A plain or async iterable of ids.
+            concurrency: The most requests in flight.
+            format: ``"json"`` or ``"markdown"``, as ``get_extraction`` takes it.
+            on_progress: Called as ``on_progress(done, total)`` as ids finish; ``total`` is
+                ``None`` when ``job_ids`` has no length.
+            **options: The call's ``RequestOptions``, applied to every request.
+
+        Returns:
+            One result per id given, in input order.
+
+        Raises:
+            InvalidRequestError: Before anything is sent, for bad arguments and a single id
+                instead of an iterable.
         """
         # Fetched as completed (an ordered fan-out would hold calls back behind a slow head),
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
@@ -875,15 +1013,28 @@ class AsyncSearchClient(AsyncClosing):
         By default it returns at the first poll that finds the job's state outside
         ``IN_PROGRESS_JOB_STATES`` (``pending``, the one state the spec names), whatever the
         state is: the spec names no final state, so none is assumed (a state not seen before is
-        logged once at INFO). ``in_progress`` names the states to wait through instead, for a
-        service known to use more (``in_progress={"pending", "processing"}`` for the bundled
-        emulator). ``until`` takes the states to wait for instead (``until={"processing"}``) or
-        a predicate of the job (``until=lambda job: job.extraction is not None``); it cannot be
-        given with ``in_progress``. The interval grows with jitter up to 10 seconds. Raises
-        ``WaitTimeoutError`` (carrying the last job seen in ``.job``) when ``max_wait`` seconds
-        pass, including time spent in requests; errors that are not retried, such as
-        ``NotFoundError``, propagate at once. The call's options (``RequestOptions``;
-        ``timeout`` is per attempt, as everywhere) apply to every poll.
+        logged once at INFO).
+
+        Args:
+            job_id: The job's id.
+            until: The states to wait for instead (``until={"processing"}``), or a predicate of
+                the job (``until=lambda job: job.extraction is not None``); not with
+                ``in_progress``.
+            in_progress: The states to wait through instead, for a service known to use more
+                (``in_progress={"pending", "processing"}`` for the bundled emulator).
+            interval: Seconds before the second poll; the interval grows with jitter up to 10
+                seconds.
+            max_wait: Seconds to wait in all, time spent in requests included.
+            **options: The call's ``RequestOptions`` (``timeout`` is per attempt, as
+                everywhere), applied to every poll.
+
+        Returns:
+            The job as the last poll found it.
+
+        Raises:
+            WaitTimeoutError: ``max_wait`` passed; the last job seen is its ``.job``.
+            InvalidRequestError: Bad arguments, before anything is sent.
+            APIStatusError: An error that is not retried, such as ``NotFoundError``, at once.
         """
         for name, value in (("interval", interval), ("max_wait", max_wait)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -927,6 +1078,9 @@ class RawResponseClient:
     Reached as ``client.with_raw_response``; every method takes exactly the arguments of the
     client method of the same name, and ``APIResponse.parse()`` gives what that method returns.
     The endpoints are the client's own (``_Endpoint``), not declared again.
+
+    Args:
+        client: The client whose endpoints these are.
     """
 
     __slots__ = ("_client",)

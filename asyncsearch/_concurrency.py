@@ -147,24 +147,34 @@ def fan_out(
     yet; a slow consumer therefore holds new calls back. Each occurrence of a duplicate item is
     called once.
 
-    :param func: the async function to call; an ``Exception`` it raises is captured in the
-        item's outcome. If it raises ``CancelledError`` (or another ``BaseException``) that
-        propagates out of the iteration and the fan-out stops.
-    :param items: an iterable or async iterable (a single ``str``, ``bytes``, ``bytearray`` or
-        ``memoryview`` is refused: it would be read one character or byte at a time). An async
-        iterable is advanced by the fan-out's worker tasks, one at a time; an async iterator with
-        ``aclose()`` (an async generator) is closed when the fan-out stops early. An exception
-        raised by the items themselves is raised from the iteration after the outcomes of the
-        items before it.
-    :param ordered: yield outcomes in the order of ``items`` instead of as they complete.
-    :param on_progress: called as ``on_progress(done, total)`` each time a call finishes;
-        ``total`` is ``len(items)`` when ``items`` has a length, else ``None`` (a generator, an
-        iterator, an async iterable; ``done`` still counts every finished call). An exception from
-        it is a bug in the caller: it stops the fan-out and is raised from the iteration.
-    :param stop_on: exception types that end the whole fan-out instead of becoming an item's
-        outcome (say, the client the calls use was closed): the first one raised by ``func``
-        stops reading items, cancels the calls in flight and is raised from the iteration.
-    :raises InvalidRequestError: at once, before anything starts, for bad arguments.
+    Args:
+        func: The async function to call; an ``Exception`` it raises is captured in the
+            item's outcome. If it raises ``CancelledError`` (or another ``BaseException``) that
+            propagates out of the iteration and the fan-out stops.
+        items: An iterable or async iterable (a single ``str``, ``bytes``, ``bytearray`` or
+            ``memoryview`` is refused: it would be read one character or byte at a time). An
+            async iterable is advanced by the fan-out's worker tasks, one at a time; an async
+            iterator with ``aclose()`` (an async generator) is closed when the fan-out stops
+            early. An exception raised by the items themselves is raised from the iteration
+            after the outcomes of the items before it.
+        concurrency: The most calls running at once.
+        ordered: Yield outcomes in the order of ``items`` instead of as they complete.
+        on_progress: Called as ``on_progress(done, total)`` each time a call finishes;
+            ``total`` is ``len(items)`` when ``items`` has a length, else ``None`` (a generator,
+            an iterator, an async iterable; ``done`` still counts every finished call). An
+            exception from it is a bug in the caller: it stops the fan-out and is raised from
+            the iteration.
+        stop_on: Exception types that end the whole fan-out instead of becoming an item's
+            outcome (say, the client the calls use was closed): the first one raised by
+            ``func`` stops reading items, cancels the calls in flight and is raised from the
+            iteration.
+
+    Returns:
+        The outcomes, as an async iterator and context manager; nothing starts before the
+        first ``__anext__``.
+
+    Raises:
+        InvalidRequestError: At once, before anything starts, for bad arguments.
     """
     check_number("concurrency", concurrency, minimum=1)
     limit = AdaptiveConcurrency(concurrency)
@@ -712,7 +722,14 @@ class RetryBudget:
     success puts ``success_refund`` back, up to ``capacity``. With the defaults, 100 retries in a
     row empty the bucket and 5 successes earn one retry back. Use it from one event loop only.
 
-    :raises ConfigurationError: for a value that is not a non-negative integer.
+    Args:
+        capacity: The most tokens the bucket holds, and the number it starts with.
+        retry_cost: The tokens a retry takes.
+        timeout_retry_cost: The tokens a retry after a timeout takes.
+        success_refund: The tokens a success puts back.
+
+    Raises:
+        ConfigurationError: A value that is not a non-negative integer.
     """
 
     def __init__(
@@ -744,7 +761,14 @@ class RetryBudget:
         return self._tokens
 
     def try_acquire(self, *, after_timeout: bool = False) -> bool:
-        """Take the cost of one retry and return True, or return False and take nothing."""
+        """Take the cost of one retry and return True, or return False and take nothing.
+
+        Args:
+            after_timeout: The retry follows a timeout: it costs ``timeout_retry_cost``.
+
+        Returns:
+            Whether the retry may be made.
+        """
         cost = self._timeout_retry_cost if after_timeout else self._retry_cost
         if cost > self._tokens:
             return False
@@ -781,8 +805,13 @@ class RateLimit:
     The client and every client made by ``with_options`` share it. Its state, for a progress bar
     or a metric: ``tokens`` and ``waiting``. It belongs to one event loop.
 
+    Args:
+        per_second: The tokens gained per second: the sustained rate of requests.
+        burst: The most tokens the bucket holds: how many requests may go at once after a
+            quiet time.
+
     Raises:
-        ConfigurationError: for a ``per_second`` that is not a positive finite number, or a
+        ConfigurationError: A ``per_second`` that is not a positive finite number, or a
             ``burst`` that is not an integer of at least 1.
     """
 

@@ -52,6 +52,15 @@ class Timeout:
     ``PoolTimeoutError``, which is never retried. The default has every limit finite, so a silent
     server never hangs a caller; ``pool`` defaults to the default ``total``, so a call queued
     behind a full pool of calls that each use their whole ``total`` still gets its turn.
+
+    Args:
+        connect: Seconds to open a connection (TCP, TLS, a proxy's tunnel).
+        read: Seconds of every wait for data from the server.
+        total: Seconds for the whole attempt once it has a connection, body included.
+        pool: Seconds to wait for a free connection of the client's pool.
+
+    Raises:
+        ConfigurationError: A limit that is neither a positive number nor ``None``.
     """
 
     connect: float | None = 10.0
@@ -68,8 +77,15 @@ class Timeout:
     def coerce(cls, value: Timeout | float | NotGiven | None) -> Timeout:
         """Turn the ``timeout`` option into a ``Timeout``.
 
-        Not given: the default. ``None``: no limit at all (as in httpx). A number: the total per
-        attempt, with the other limits capped by it.
+        Args:
+            value: Not given: the default. ``None``: no limit at all (as in httpx). A number: the
+                total per attempt, with the other limits capped by it. A ``Timeout``: itself.
+
+        Returns:
+            The limits of one attempt.
+
+        Raises:
+            ConfigurationError: A number that is not positive, or a value of another type.
         """
         if isinstance(value, NotGiven):
             return DEFAULT_TIMEOUT
@@ -108,26 +124,30 @@ ClientMiddleware: TypeAlias = Callable[[Any, Any], Awaitable[Any]]
 class RetryPolicy:
     """Which failures of a call are tried again, and how long to wait before each retry.
 
-    - ``max_retries``: retries after the first attempt.
-    - ``statuses``: the answer statuses retried (default 408, 429 and every 5xx); connection
-      errors and timeouts are retried whatever this holds.
-    - ``base``, ``cap``, ``jitter``: the wait before retry ``n`` is at most
-      ``min(cap, base * 2**(n-1))`` seconds; with ``jitter`` (full jitter) a uniform draw
-      below it, without it exactly that.
-    - ``max_retry_after``: the longest wait the server may ask for (``retry-after-ms``, or
-      ``Retry-After`` in seconds or as an HTTP date), waited instead of the backoff; an answer
-      asking for longer is raised at once.
-    - ``retry_search``: ``"safe"`` retries a search that is not ``incognito`` (the one request
-      that is not idempotent) only after failures that show it was not acted on (the connection
-      never opened; a 408, 429 or 503 answer), so it never leaves two history entries;
-      ``"always"`` retries it like a GET.
-
     The retry budget is not here: it is shared by every call of the pool (``retry_budget``).
-    Raises ``ConfigurationError`` for a bad value.
+
+    Args:
+        max_retries: Retries after the first attempt.
+        statuses: The answer statuses retried (default 408, 429 and every 5xx); connection
+            errors and timeouts are retried whatever this holds. Any collection of statuses;
+            kept as a ``frozenset``.
+        base: With ``cap`` and ``jitter``: the wait before retry ``n`` is at most
+            ``min(cap, base * 2**(n-1))`` seconds.
+        cap: The longest backoff wait, in seconds.
+        jitter: Full jitter: wait a uniform draw below the backoff; without it, exactly that.
+        max_retry_after: The longest wait the server may ask for (``retry-after-ms``, or
+            ``Retry-After`` in seconds or as an HTTP date), waited instead of the backoff; an
+            answer asking for longer is raised at once.
+        retry_search: ``"safe"`` retries a search that is not ``incognito`` (the one request
+            that is not idempotent) only after failures that show it was not acted on (the
+            connection never opened; a 408, 429 or 503 answer), so it never leaves two history
+            entries; ``"always"`` retries it like a GET.
+
+    Raises:
+        ConfigurationError: A value out of its range or of the wrong type.
     """
 
     max_retries: int = 2
-    #: Any collection of statuses; kept as a ``frozenset``.
     statuses: Collection[int] = protocol.RETRYABLE_STATUSES
     base: float = 0.5
     cap: float = 8.0

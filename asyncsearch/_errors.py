@@ -66,6 +66,13 @@ class AsyncSearchError(Exception):
     retries_stopped: str | None = None
 
     def __init__(self, message: str, *, attempts: int | None = None) -> None:
+        """Make the error (the SDK does; a test or a wrapper may too).
+
+        Args:
+            message: What went wrong, for a person; ``str(error)`` adds the attempts, why
+                retries stopped and the request id.
+            attempts: The HTTP attempts made, or ``None`` when none was.
+        """
         super().__init__(message)
         self.message = message
         self.attempts = attempts
@@ -130,6 +137,14 @@ class APIConnectionError(AsyncSearchError):
         retryable: bool = True,
         request_sent: bool = True,
     ) -> None:
+        """Make the error.
+
+        Args:
+            message: What went wrong.
+            attempts: The HTTP attempts made, or ``None`` when none was.
+            retryable: Whether a retry may fix it.
+            request_sent: Whether the request may have reached the server.
+        """
         super().__init__(message, attempts=attempts)
         self.retryable = retryable
         self.request_sent = request_sent
@@ -163,6 +178,13 @@ class APITimeoutError(APIConnectionError):
         attempts: int | None = None,
         request_sent: bool = True,
     ) -> None:
+        """Make the error (always ``retryable``).
+
+        Args:
+            message: What ran out of time.
+            attempts: The HTTP attempts made, or ``None`` when none was.
+            request_sent: Whether the request may have reached the server.
+        """
         super().__init__(message, attempts=attempts, retryable=True, request_sent=request_sent)
 
 
@@ -179,6 +201,12 @@ class PoolTimeoutError(APITimeoutError):
         *,
         attempts: int | None = None,
     ) -> None:
+        """Make the error (never ``retryable``, never ``request_sent``).
+
+        Args:
+            message: What ran out of time.
+            attempts: The HTTP attempts made, or ``None`` when none was.
+        """
         super().__init__(message, attempts=attempts, request_sent=False)
         # Not retried: the wait is the client's own congestion (more calls at once than
         # ``max_connections``), not the server's.
@@ -204,6 +232,17 @@ class APIStatusError(AsyncSearchError):
     """
 
     def __init__(self, message: str, **fields: Unpack[StatusErrorFields]) -> None:
+        """Make the error of one answer (every subclass takes the same arguments).
+
+        Args:
+            message: What the service said, for a person.
+            status_code: The answer's HTTP status.
+            headers: The answer's headers.
+            body: The decoded JSON error body, else the body's text (cut), else ``None``.
+            method: The request's HTTP method.
+            url: The request's URL (without the key, which is never in a URL).
+            attempts: The HTTP attempts made.
+        """
         super().__init__(message, attempts=fields.get("attempts"))
         self.status_code = fields["status_code"]
         self.headers = fields["headers"]
@@ -246,6 +285,18 @@ class RateLimitError(APIStatusError):
     def __init__(
         self, message: str, *, retry_after: float | None = None, **fields: Unpack[StatusErrorFields]
     ) -> None:
+        """Make the error of a 429 answer.
+
+        Args:
+            message: What the service said, for a person.
+            retry_after: The delay in seconds the service asked for, or ``None``.
+            status_code: The answer's HTTP status.
+            headers: The answer's headers.
+            body: The decoded JSON error body, else the body's text (cut), else ``None``.
+            method: The request's HTTP method.
+            url: The request's URL.
+            attempts: The HTTP attempts made.
+        """
         super().__init__(message, **fields)
         self.retry_after = retry_after
 
@@ -269,6 +320,14 @@ class ResponseValidationError(AsyncSearchError):
         body: bytes,
         attempts: int | None = None,
     ) -> None:
+        """Make the error.
+
+        Args:
+            message: What did not fit, for a person.
+            path: Where, as a JSON path, or ``None`` when the body was not JSON.
+            body: The raw bytes of the body.
+            attempts: The HTTP attempts made.
+        """
         super().__init__(message, attempts=attempts)
         self.path = path
         self.body = body
@@ -281,6 +340,13 @@ class ResponseTooLargeError(AsyncSearchError):
     """A response body (after decompression) was larger than ``max_response_bytes``."""
 
     def __init__(self, message: str, *, limit: int, attempts: int | None = None) -> None:
+        """Make the error.
+
+        Args:
+            message: How large the body was, for a person.
+            limit: The client's ``max_response_bytes``.
+            attempts: The HTTP attempts made.
+        """
         super().__init__(message, attempts=attempts)
         self.limit = limit
 
@@ -330,5 +396,12 @@ class WaitTimeoutError(AsyncSearchError, TimeoutError):
     def __init__(
         self, message: str, *, job: ExtractionJob | None = None, attempts: int | None = None
     ) -> None:
+        """Make the error.
+
+        Args:
+            message: How long it waited and the last state seen.
+            job: The last state of the job seen, or ``None`` when no poll was answered.
+            attempts: The HTTP attempts made by all the polls.
+        """
         super().__init__(message, attempts=attempts)
         self.job = job

@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self, TypeVar
 
 import msgspec
 
@@ -172,10 +172,19 @@ class _Serializable:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """The model of its wire form as ``to_dict()`` gives it: ``Model.from_dict(m.to_dict())
-        == m``. (``msgspec.convert`` cannot fill a hit's embeddings, kept as raw JSON text.)
+        """The model of its wire form as ``to_dict()`` gives it.
 
-        Raises ``InvalidRequestError`` when ``data`` does not fit the model, saying where.
+        ``Model.from_dict(m.to_dict()) == m``. (``msgspec.convert`` cannot fill a hit's
+        embeddings, kept as raw JSON text.)
+
+        Args:
+            data: The wire form: camelCase keys, timestamps as ISO 8601 strings.
+
+        Returns:
+            The model.
+
+        Raises:
+            InvalidRequestError: ``data`` does not fit the model; the message says where.
         """
         try:
             return msgspec.json.decode(msgspec.json.encode(data), type=cls)
@@ -635,10 +644,23 @@ class SearchPage(_WireWithLists, _Answer, gc=True, dict=True):
         A hit without that embedding gets a row of NaN; the width is taken from the hits.
         Vectors not read yet are parsed from the answer's text into the array (the hits keep
         them unread); read ones are copied. Needs numpy (not a dependency of asyncsearch:
-        ``pip install -e '.[numpy]'`` in a checkout); raises ``ImportError`` saying so without
-        it and ``ResponseValidationError`` when hits disagree on the number of dimensions or a
-        vector does not fit.
+        ``pip install -e '.[numpy]'`` in a checkout).
+
+        Args:
+            name: The embedding: ``"small3_512"`` or ``"clip2"``.
+
+        Returns:
+            A float32 array of shape (hits, dimensions).
+
+        Raises:
+            InvalidRequestError: ``name`` is not an embedding's name.
+            ImportError: numpy is not installed (the message says how to install it).
+            ResponseValidationError: Hits disagree on the number of dimensions, or a vector
+                does not fit.
         """
+        if name not in _EMBEDDING_NAMES:
+            known = " or ".join(repr(known) for known in _EMBEDDING_NAMES)
+            raise InvalidRequestError(f"embedding_matrix(): name must be {known}, got {name!r}")
         matrix: numpy.typing.NDArray[numpy.float32] = embedding_matrices(self.hits, (name,))[name][
             0
         ]
@@ -656,6 +678,10 @@ _vector_decoders: dict[str, msgspec.json.Decoder[Any]] = {
     )
     for name in ("small3_512", "clip2")
 }
+
+
+#: The names of a hit's embeddings (``Embeddings``' fields).
+_EMBEDDING_NAMES: Final = ("small3_512", "clip2")
 
 
 def embedding_matrices(

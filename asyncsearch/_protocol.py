@@ -306,6 +306,47 @@ def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     raise _errors.ResponseValidationError(f"the response body {problem}", path=None, body=body)
 
 
+#: How much of a body that is not JSON an error quotes.
+NOT_JSON_QUOTE = 80
+
+
+def explain_not_json(
+    error: _errors.ResponseValidationError,
+    *,
+    status: int,
+    content_type: str | None,
+    url: str,
+    secrets: Secrets,
+) -> None:
+    """Make the error of a success answer whose body is not JSON say what came instead.
+
+    An HTML page answered with 200 (a proxy's login page, a wrong ``base_url``) said only "the
+    response body is not valid JSON: ..."; the message now names the status, the content type,
+    the URL and the first ``NOT_JSON_QUOTE`` characters of the body, with the key scrubbed (a
+    debug page may echo the request's headers). An error of a JSON body that does not fit the
+    model (``error.path`` set) is left as it is.
+
+    Args:
+        error: The error ``decode_body`` raised.
+        status: The answer's status.
+        content_type: The answer's ``Content-Type``, or ``None`` when it had none.
+        url: The URL the answer came from.
+        secrets: The call's secrets, scrubbed from what is quoted.
+    """
+    if error.path is not None:
+        return
+    # A window longer by a secret's length: one cut at the quote's end is still scrubbed whole.
+    longest = max(map(len, secrets.texts), default=0)
+    window = error.body[: NOT_JSON_QUOTE + longest].decode("utf-8", "replace")
+    text = " ".join(secrets.redact(window).split())
+    start = text[:NOT_JSON_QUOTE] + ("..." if len(text) > NOT_JSON_QUOTE else "")
+    what = content_type or "no Content-Type"
+    quote = f"it starts with {start!r}" if start else "it is empty"
+    problem = error.message.removeprefix("the response body ")
+    error.message = f"the {status} answer of {url} ({what}) {problem}; {quote}"
+    error.args = (error.message,)
+
+
 def _parse_search_page(body: bytes) -> models.SearchPage:
     # Each hit keeps its embeddings as the raw JSON (msgspec.Raw, referencing ``body``) and
     # decodes them on first read: SearchHit.embeddings.
@@ -512,12 +553,19 @@ _SIGNATURES = (
 def image_data_url(source: bytes | str | os.PathLike[str], *, mime: str | None = None) -> str:
     """Turn image bytes or a file path into the base64 data URL that ``search(image=...)`` takes.
 
-    The type is taken from ``mime``, else from the bytes' signature (PNG, JPEG, GIF, WebP, BMP,
-    TIFF, ICO, AVIF, HEIC), else from the file name's extension. Raises ``InvalidRequestError``
-    when the data is not an image (``mime`` not ``image/...``, a known non-image signature such
-    as PDF or ZIP, an extension of another type such as ``.txt``), when the type cannot be told,
-    or when the data URL would be longer than the service's limit of 600,000 characters. A path
-    is read synchronously.
+    Args:
+        source: The image's bytes, or the path of its file (read synchronously).
+        mime: The image's type (``image/...``); not given: from the bytes' signature (PNG,
+            JPEG, GIF, WebP, BMP, TIFF, ICO, AVIF, HEIC), else from the file name's extension.
+
+    Returns:
+        ``data:<type>;base64,...``.
+
+    Raises:
+        InvalidRequestError: The data is not an image (``mime`` not ``image/...``, a known
+            non-image signature such as PDF or ZIP, an extension of another type such as
+            ``.txt``), its type cannot be told, or the data URL would be longer than the
+            service's limit of 600,000 characters.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)

@@ -126,7 +126,14 @@ logger = logging.getLogger("asyncsearch.arrow")
 
 
 def hit_schema(widths: Mapping[EmbeddingName, int] | None) -> pa.Schema:
-    """The schema of a table of hits; ``None``: without embedding columns (lean pages)."""
+    """The schema of a table of hits; ``None``: without embedding columns (lean pages).
+
+    Args:
+        widths: The width of each embedding column; ``None``: no embedding columns.
+
+    Returns:
+        The schema: ``HIT_COLUMNS``, then the embedding columns.
+    """
     fields = [pa.field(name, kind) for name, kind in HIT_COLUMNS]
     if widths is not None:
         fields += [pa.field(n, pa.list_(pa.float32(), widths[n])) for n in EMBEDDING_NAMES]
@@ -158,6 +165,17 @@ class HitBatches:
     out (null), counted in ``left_out`` and logged once per column as a WARNING, never an
     error: valid data never fails, and memory stays bounded. With ``embeddings=False`` (lean
     pages) there are no embedding columns and nothing is held.
+
+    Args:
+        widths: Widths known in advance, per embedding name.
+        max_held_hits: The most hits held back while a width is unknown.
+        embeddings: ``False``: lean pages, no embedding columns.
+        origins: Where each known width came from, for the error when a vector disagrees with it.
+        settled: The columns that got width 0 because no hit had them (and not from ``widths``).
+        left_out: Per settled column, how many vectors came after it was settled and were left
+            out.
+        held_hits: The hits held back now.
+        walked_hits: The hits taken so far.
     """
 
     widths: dict[EmbeddingName, int | None] = field(default_factory=dict)
@@ -169,7 +187,7 @@ class HitBatches:
     settled: set[EmbeddingName] = field(default_factory=set)
     #: Per settled column, how many vectors came after it was settled and were left out.
     left_out: dict[EmbeddingName, int] = field(default_factory=dict)
-    held: list[_HeldPage] = field(default_factory=list)
+    _held: list[_HeldPage] = field(default_factory=list, init=False, repr=False)
     held_hits: int = 0
     walked_hits: int = 0
 
@@ -189,7 +207,18 @@ class HitBatches:
     def add(
         self, page: SearchPage | LeanSearchPage, hits: int | None = None
     ) -> list[pa.RecordBatch]:
-        """The batches ready once ``page`` (its first ``hits`` hits) is taken, in order."""
+        """The batches ready once ``page`` (its first ``hits`` hits) is taken, in order.
+
+        Args:
+            page: The next page of the walk.
+            hits: How many of its hits to take; ``None``: all.
+
+        Returns:
+            The batches ready, in page order (none while a width is unknown).
+
+        Raises:
+            ResponseValidationError: A vector whose width is not its column's.
+        """
         chosen = page.hits if hits is None else page.hits[:hits]
         if not chosen:
             return []
@@ -200,7 +229,7 @@ class HitBatches:
             matrices = embedding_matrices(chosen, EMBEDDING_NAMES)
             for name in EMBEDDING_NAMES:
                 vectors[name] = self._matrix(chosen, name, matrices[name])
-        self.held.append(_HeldPage(scalars, vectors, len(chosen)))
+        self._held.append(_HeldPage(scalars, vectors, len(chosen)))
         self.held_hits += len(chosen)
         self.walked_hits += len(chosen)
         if self.held_hits >= self.max_held_hits:
@@ -261,8 +290,8 @@ class HitBatches:
         schema = self.schema
         if schema is None:
             return []
-        batches = [self._batch(page, schema) for page in self.held]
-        self.held.clear()
+        batches = [self._batch(page, schema) for page in self._held]
+        self._held.clear()
         self.held_hits = 0
         return batches
 
@@ -353,6 +382,28 @@ async def search_table(
     left out (logged), as ``asyncsearch.ray.read_search`` does.
     Raises ``InvalidRequestError`` before anything is sent for bad arguments, and the SDK's
     errors as the walk does; a vector of another width is a ``ResponseValidationError``.
+
+    Args:
+        client: The client to search with.
+        text: The query text, as ``search`` takes it.
+        max_items: Stop after this many hits.
+        embeddings: ``False``: decode the pages without their vectors; no embedding columns.
+        embedding_widths: Fix the width of an embedding column (e.g. ``{"clip2": 768}``).
+        start_page: As ``search_pages`` takes it.
+        max_pages: As ``search_pages`` takes it.
+        dedupe: As ``search_pages`` takes it.
+        image: As ``search`` takes it.
+        resource_id: As ``search`` takes it.
+        filters: As ``search`` takes it.
+        precision: As ``search`` takes it.
+        queries: As ``search`` takes it.
+        incognito: As ``search`` takes it.
+        page_size: As ``search`` takes it.
+        sort: As ``search`` takes it.
+        **params: The call's ``SearchOptions``, applied to every page's request.
+
+    Returns:
+        One row per hit.
     """
     if max_items is not None and (
         not isinstance(max_items, int) or isinstance(max_items, bool) or max_items < 0
@@ -407,7 +458,15 @@ def extraction_values(
 def extractions_batch(
     job_ids: Sequence[object], values: Sequence[tuple[str | None, str | None, str | None]]
 ) -> pa.RecordBatch:
-    """A record batch of ``EXTRACTION_SCHEMA``: ``job_ids`` (as text) with their values."""
+    """A record batch of ``EXTRACTION_SCHEMA``: ``job_ids`` (as text) with their values.
+
+    Args:
+        job_ids: The ids, one per row.
+        values: Per id: its state, extraction (JSON text) and error.
+
+    Returns:
+        The batch.
+    """
     states, extractions, errors = zip(*values, strict=True) if values else ((), (), ())
     return pa.RecordBatch.from_arrays(
         [
@@ -439,6 +498,17 @@ async def extractions_table(
     per id given, in input order (an id given twice is two rows), a failed id a row with its
     ``error`` ("NotFoundError: ..."), never dropped. ``extraction`` is the job's extraction as
     JSON text in the wire form (re-encoded from the decoded job), null when it has none.
+
+    Args:
+        client: The client to fetch with.
+        job_ids: A plain or async iterable of ids.
+        concurrency: The most requests in flight.
+        format: ``"json"`` or ``"markdown"``, as ``get_extraction`` takes it.
+        on_progress: Called as ``on_progress(done, total)``, as ``gather_extractions`` calls it.
+        **options: The call's ``RequestOptions``, applied to every request.
+
+    Returns:
+        One row per id given.
     """
     results = await client.gather_extractions(
         job_ids, concurrency=concurrency, format=format, on_progress=on_progress, **options

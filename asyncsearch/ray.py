@@ -172,18 +172,20 @@ class FetchExtractions:
     exhausted retry, a bad body or an invalid id is a row with an error: one id never fails a
     batch.
 
-    Parameters:
-        api_key, base_url: as for ``AsyncSearchClient``; None reads ``ASYNCSEARCH_API_KEY`` and
-            ``ASYNCSEARCH_BASE_URL`` in the actor's process (on a cluster, pass them in
-            ``runtime_env={"env_vars": ...}`` or here).
-        concurrency: the most requests in flight per actor.
+    Args:
+        api_key: As for ``AsyncSearchClient``; None reads ``ASYNCSEARCH_API_KEY`` in the
+            actor's process (on a cluster, pass it in ``runtime_env={"env_vars": ...}`` or here).
+        base_url: As for ``AsyncSearchClient``; None reads ``ASYNCSEARCH_BASE_URL`` in the
+            actor's process.
+        concurrency: The most requests in flight per actor.
         format: ``"json"`` or ``"markdown"``, as for ``get_extraction``.
-        retry_budget: a ``RetryBudget`` (each actor gets its own copy), or None to turn it off;
-            by default each actor has a fresh ``RetryBudget()``.
-        **options: the other client options (``ClientOptions``).
+        **options: The other client options (``ClientOptions``); a ``retry_budget`` there is
+            copied for each actor (``None`` turns it off; by default each actor has a fresh
+            ``RetryBudget()``).
 
-    Raises ``InvalidRequestError`` or ``ConfigurationError`` for bad parameters when the actor
-    starts, before anything is sent.
+    Raises:
+        InvalidRequestError: A bad argument, when the actor starts, before anything is sent.
+        ConfigurationError: A bad client option, likewise.
     """
 
     def __init__(
@@ -410,6 +412,28 @@ def read_search(
 
     Raises ``InvalidRequestError``/``ConfigurationError`` for bad arguments; a failing search
     fails the dataset's execution with the SDK's typed error.
+
+    Args:
+        text: The query text, as ``search`` takes it.
+        image: As ``search`` takes it.
+        resource_id: As ``search`` takes it.
+        filters: As ``search`` takes it.
+        precision: As ``search`` takes it.
+        queries: As ``search`` takes it.
+        incognito: As ``search`` takes it.
+        page_size: As ``search`` takes it.
+        sort: As ``search`` takes it.
+        start_page: As ``search_pages`` takes it.
+        max_pages: As ``search_pages`` takes it.
+        dedupe: As ``search_pages`` takes it.
+        embedding_widths: Fix the width of an embedding column (e.g. ``{"clip2": 768}``).
+        api_key: As ``AsyncSearchClient`` takes it; ``None``: this process's environment.
+        base_url: As ``AsyncSearchClient`` takes it; ``None``: this process's environment.
+        ray_remote_args: Ray's options of the task that walks the pages.
+        **options: The other client options (``ClientOptions``).
+
+    Returns:
+        A Ray ``Dataset`` of the hits.
     """
     widths = check_embedding_widths(embedding_widths)
     # The key and URL are resolved in this process, so the read task needs no environment.
@@ -481,6 +505,16 @@ def unwritten_job_ids(
     only when there are any), along with the rows that are stale because the same id also has a
     final row (as an earlier version of this function left them). The written ids are collected
     on the driver (a set of strings: about 100 bytes an id) and the filter runs on the cluster.
+
+    Args:
+        ids: A Dataset with a ``job_id`` column.
+        written: The output of earlier runs (a directory, files or URIs).
+        format: The format of ``written``: ``"parquet"`` or ``"json"``.
+        retry_failed: Fetch again the ids whose row has an error.
+        refetch_in_progress: Fetch again the ids whose job was in progress.
+
+    Returns:
+        The rows of ``ids`` to fetch.
     """
     if format not in ("parquet", "json"):
         raise InvalidRequestError(f"format must be 'parquet' or 'json', got {format!r}")

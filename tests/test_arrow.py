@@ -294,7 +294,7 @@ class CountingHitBatches(HitBatches):
 
     def add(self, page: Any, hits: int | None = None) -> list[pa.RecordBatch]:
         batches = super().add(page, hits)
-        self.held_after_each_page.append(len(self.held))
+        self.held_after_each_page.append(len(self._held))
         return batches
 
 

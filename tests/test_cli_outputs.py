@@ -24,6 +24,7 @@ from .cli_helpers import (
     RUN_TIMEOUT,
     TEST_KEY,
     cli_env,
+    extract_fetches,
     finish,
     read_jsonl,
     read_stderr_until,
@@ -334,3 +335,27 @@ async def test_extract_many_writes_into_a_named_pipe(emu: ServiceEmulator, tmp_p
     finally:
         os.close(reader)
     assert [json.loads(line)["ok"] for line in written.splitlines()] == [True, True]
+
+
+async def test_extract_many_refuses_a_line_that_is_not_utf8_with_its_number(
+    emu: ServiceEmulator, tmp_path: Path
+) -> None:
+    """Issue 47: the line was read as "\\ufffd\\ufffd" (its bytes lost) and sent as an id."""
+    good = [job["id"] for job in emu.jobs()[:2]]
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_bytes(f"{good[0]}\n".encode() + b"\xff\xfe-not-utf8\n" + f"{good[1]}\n".encode())
+    out = tmp_path / "out.jsonl"
+    result = await run_cli("extract-many", str(ids_file), "-o", str(out), env=cli_env(emu))
+    assert result.code == 1, result.stderr  # as for any failed id
+    lines = read_jsonl(out)
+    assert sorted(line["jobId"] for line in lines if line["ok"]) == sorted(good)
+    (refused,) = [line for line in lines if not line["ok"]]
+    assert refused["jobId"] == "\\xff\\xfe-not-utf8"  # the bytes, escaped, not replaced
+    assert refused["error"]["type"] == "InvalidRequestError"
+    assert refused["error"]["message"].startswith("line 2 of the ids is not UTF-8")
+    assert "\ufffd" not in out.read_text(encoding="utf-8")
+    assert sorted(extract_fetches(emu)) == sorted(good)  # never sent
+    assert "1 failed" in result.stderr
+    again = await run_cli("extract-many", str(ids_file), "-o", str(out), env=cli_env(emu))
+    assert again.code == 1, again.stderr
+    assert len(read_jsonl(out)) == 3  # a resumed run does not write it again

@@ -984,3 +984,23 @@ async def test_size_cap_counts_inflated_bytes_with_either_session(
                 await client.with_raw_response.link_preview(f"https://example.com/{kind}")
             assert info.value.limit == limit
     assert len(server.seen) == 3
+
+
+async def test_an_html_page_answered_with_200_says_what_came_instead(serve: Serve) -> None:
+    """Issue 47: "the response body is not valid JSON" alone did not say a login page came
+    (a wrong base_url, a proxy's portal); now the status, type, URL and the body's start, the
+    key scrubbed from it (a debug page may echo the request's headers)."""
+
+    async def portal(request: web.Request) -> web.StreamResponse:
+        page = f"<html><body>Sign in. You sent {request.headers['X-Api-Key']}</body></html>"
+        return web.Response(text=page, content_type="text/html")
+
+    server = await serve(portal)
+    async with AsyncSearchClient(API_KEY, base_url=server.base_url) as client:
+        with pytest.raises(asyncsearch.ResponseValidationError) as caught:
+            await client.get_extraction(JOB_ID)
+    message = str(caught.value)
+    assert message.startswith(f"the 200 answer of {server.base_url}/v2/extract/{JOB_ID}")
+    assert "(text/html; charset=utf-8)" in message
+    assert "it starts with '<html><body>Sign in. You sent [redacted]" in message
+    assert API_KEY not in message and API_KEY not in repr(caught.value.body)

@@ -573,3 +573,12 @@ def test_models_give_their_wire_form_as_dict_and_json() -> None:
     filters = asyncsearch.SearchFilters(kinds=["document"], parent_ids=["p1"])
     assert filters.to_dict() == {"kinds": ["document"], "parentIds": ["p1"]}
     assert filters.to_json() == b'{"kinds":["document"],"parentIds":["p1"]}'
+
+
+def test_embedding_matrix_of_an_unknown_name_is_a_typed_error() -> None:
+    """Issue 47: ``page.embedding_matrix("nope")`` raised a bare KeyError."""
+    page = msgspec.json.decode(sample("search_page.json"), type=SearchPage)
+    with pytest.raises(
+        asyncsearch.InvalidRequestError, match="'small3_512' or 'clip2', got 'nope'"
+    ):
+        page.embedding_matrix("nope")  # type: ignore[arg-type]

@@ -678,3 +678,53 @@ def test_search_page_continues_agrees_with_the_view_when_it_says_more() -> None:
             body = msgspec.json.encode({"total": 9, "hasMore": has_more, "hits": hits})
             head = protocol.search_page_head(body)
             assert protocol.search_page_continues(body) is (head.has_more and bool(head.hits))
+
+
+# -- a success answer that is not JSON (issue 47) ------------------------------------------
+
+
+def _not_json(body: bytes) -> ResponseValidationError:
+    with pytest.raises(ResponseValidationError) as caught:
+        protocol.decode_body(msgspec.json.Decoder(protocol.models.ExtractionJob), body)
+    return caught.value
+
+
+def test_a_body_that_is_not_json_names_status_type_url_and_start() -> None:
+    key = "sk-live-0123456789abcdef"
+    page = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>" + key.encode()
+    error = _not_json(page + b" " * 20 + b"x" * 200)
+    url = "https://proxy.example/v2/extract/abc"
+    protocol.explain_not_json(
+        error,
+        status=200,
+        content_type="text/html; charset=utf-8",
+        url=url,
+        secrets=protocol.Secrets({key}),
+    )
+    message = str(error)
+    assert message.startswith(f"the 200 answer of {url} (text/html; charset=utf-8) is not valid")
+    assert "it starts with '<!DOCTYPE html> <html><head><title>Sign in</title>" in message
+    assert "[redacted]" in message
+    assert key not in message
+    assert key[:8] not in message  # not even the part of it that fits in the quote
+    assert len(message) < 300
+
+
+def test_a_key_cut_by_the_quote_is_scrubbed_whole() -> None:
+    key = "k" * 10 + "SECRETKEY"
+    body = b"<p>" + b"a" * (protocol.NOT_JSON_QUOTE - 8) + key.encode()
+    error = _not_json(body)
+    secrets = protocol.Secrets({key})
+    protocol.explain_not_json(error, status=200, content_type=None, url="u", secrets=secrets)
+    assert "kkkkk" not in str(error)
+    assert "(no Content-Type)" in str(error)
+
+
+def test_a_json_body_that_does_not_fit_keeps_its_message() -> None:
+    error = _not_json(b'{"id": 5}')
+    before = str(error)
+    protocol.explain_not_json(
+        error, status=200, content_type="application/json", url="u", secrets=protocol.Secrets()
+    )
+    assert str(error) == before
+    assert error.path is not None

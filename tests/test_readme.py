@@ -7,14 +7,19 @@ never split blocks that build on each other; a failure names the page and the bl
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import importlib.util
 import re
 import unittest
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sybil.example import SybilFailure
 
+from asyncsearch import AsyncSearchClient
+from asyncsearch.testing import ServiceEmulator
 from tests.readme import readme_sybil
 
 ROOT = readme_sybil.path
@@ -78,3 +83,26 @@ def test_every_page_is_in_the_site_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in PAGES[1:]:
         assert Path(page).relative_to("docs").as_posix() in nav, page
+
+
+def test_the_tour_finds_hits_next_to_a_default_serve() -> None:
+    """The README's first tour block, on what ``asyncsearch serve`` starts with no options
+    (seed 0, 200 resources): its filters once excluded every seeded document."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    tour = text.split("\n## A short tour\n", 1)[1]
+    match = re.search(r"^```python\n(.*?)^```$", tour, re.S | re.M)
+    assert match is not None
+    code = compile(match.group(1), "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+    async def run() -> dict[str, Any]:
+        async with (
+            ServiceEmulator(seed=0) as emulator,  # serve's defaults
+            AsyncSearchClient(api_key=emulator.api_key, base_url=emulator.base_url) as client,
+        ):
+            namespace: dict[str, Any] = {"client": client}
+            await eval(code, namespace)
+            return namespace
+
+    namespace = asyncio.run(run())
+    assert namespace["page"].hits, "the README's first search finds nothing on a default serve"
+    assert namespace["matrix"].shape == (len(namespace["page"].hits), 512)

@@ -122,7 +122,7 @@ async def _search_parquet(ctx: Context, query: dict[str, Any]) -> int:
         finally:
             # Interrupted or failed: what was walked so far is kept (widths still unknown are
             # settled as at the end of a walk).
-            if builder.held:
+            if builder._held:
                 out.write(builder.finish())
             out.close(builder.schema)
     total = f" ({pager.total} in all)" if pager.total is not None else ""

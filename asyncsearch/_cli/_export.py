@@ -15,8 +15,8 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
@@ -31,7 +31,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from asyncsearch import AuthenticationError, ExtractionResult
+from asyncsearch import (
+    AuthenticationError,
+    ExtractionFailure,
+    ExtractionResult,
+    InvalidRequestError,
+)
 
 from ._outputs import STDOUT, cannot_write, check_not_input, check_output
 from ._render import stderr_console
@@ -272,8 +277,11 @@ def _open_ids(name: str) -> tuple[_Chunks, bool]:
 
 
 def _clean(raw: bytes) -> str | None:
-    """The job id on a line of the input, or None for a blank line or a # comment."""
-    text = raw.decode("utf-8", "replace").strip().lstrip("\ufeff").strip()
+    """The job id on a line of the input, or None for a blank line or a # comment.
+
+    Raises ``UnicodeDecodeError`` for a line that is not UTF-8: its bytes are never replaced.
+    """
+    text = raw.decode("utf-8").strip().lstrip("\ufeff").strip()
     if not text or text.startswith("#"):
         return None
     return text
@@ -307,6 +315,9 @@ class _Export:
     fetched_failed: int = 0
     in_flight: int = 0  # ids handed to the fetcher whose result has not been written yet
     stopping: bool = False
+    #: Writes the failure of a line that is not UTF-8 (never sent); set by the run.
+    refuse: Callable[[ExtractionResult], None] | None = None
+    lines_read: int = 0
 
     def wanted(self, job_id: str) -> bool:
         """Whether to fetch ``job_id``, counting it as a duplicate or as already done if not."""
@@ -329,11 +340,29 @@ class _Export:
             async for raw in lines:
                 if self.stopping:
                     return
-                job_id = _clean(raw)
+                self.lines_read += 1
+                try:
+                    job_id = _clean(raw)
+                except UnicodeDecodeError as exc:
+                    self._refuse(raw, exc)
+                    continue
                 if job_id is None or not self.wanted(job_id):
                     continue
                 self.in_flight += 1
                 yield job_id
+
+    def _refuse(self, raw: bytes, exc: UnicodeDecodeError) -> None:
+        """A line that is not UTF-8: a failed id, shown with its bytes escaped, never sent."""
+        shown = raw.decode("utf-8", "backslashreplace").strip()
+        if not self.wanted(shown):
+            return
+        error = InvalidRequestError(
+            f"line {self.lines_read} of the ids is not UTF-8 ({exc.reason} at byte {exc.start}): "
+            "not sent"
+        )
+        assert self.refuse is not None
+        self.refuse(ExtractionFailure(job_id=shown, error=error))
+        self.fetched_failed += 1
 
     @property
     def fetched(self) -> int:
@@ -348,7 +377,12 @@ def _count_pending(name: str, done: dict[str, bool], retry_failed: bool) -> int:
     """How many ids a run will fetch, for the progress bar's total (one quick extra read)."""
     counter = _Export(done=done, retry_failed=retry_failed)
     with open(name, "rb") as handle:
-        return sum(1 for raw in handle if (job_id := _clean(raw)) and counter.wanted(job_id))
+        found = 0
+        for raw in handle:
+            with suppress(UnicodeDecodeError):  # not fetched: reported by the run itself
+                job_id = _clean(raw)
+                found += bool(job_id and counter.wanted(job_id))
+        return found
 
 
 def _line(result: ExtractionResult, ctx: Context) -> bytes:
@@ -533,6 +567,16 @@ async def extract_many(ctx: Context) -> int:
         return True
 
     ctx.runtime.on_signal = on_signal
+
+    def refuse(result: ExtractionResult) -> None:
+        if parquet is not None:
+            parquet.write(result)
+        else:
+            assert out is not None
+            out.write(_line(result, ctx))
+            out.flush()
+
+    export.refuse = refuse
     started = time.monotonic()
     task = progress.add_task("fetching", total=total, failed=0)
     lines = None if args.quiet or terminal else _ProgressLines(export, total, started)

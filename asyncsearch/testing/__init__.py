@@ -375,12 +375,13 @@ from ._emulator import (
     ServiceEmulator,
     serve_forever,
 )
-from ._faults import ENDPOINTS, FaultConfig, Faults
+from ._faults import ENDPOINTS, FaultConfig, FaultDecision, Faults
 
 __all__ = [
     "ENDPOINTS",
     "EmulatorStats",
     "FaultConfig",
+    "FaultDecision",
     "Faults",
     "RecordedRequest",
     "SearchRecord",

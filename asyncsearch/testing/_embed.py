@@ -293,6 +293,13 @@ def fake_image_data_url(content: str | bytes, mime: str = "image/png") -> str:
     The emulator embeds a short image that is UTF-8 text (up to ``FAKE_IMAGE_TEXT_BYTES``) as
     that text, so an "image" made of the words "red bicycle" finds resources whose name,
     description or caption talk about red bicycles.
+
+    Args:
+        content: The words the image stands for (or their bytes).
+        mime: The data URL's media type.
+
+    Returns:
+        ``data:<mime>;base64,...``.
     """
     raw = content.encode() if isinstance(content, str) else content
     return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"

@@ -212,7 +212,16 @@ def _request_log() -> BoundedLog[RecordedRequest]:
 
 @dataclass(slots=True)
 class RecordedRequest:
-    """One request the emulator received on a service endpoint."""
+    """One request the emulator received on a service endpoint.
+
+    Args:
+        endpoint: The endpoint's name (``search``, ``extract``, ...).
+        method: The HTTP method.
+        path: The URL path.
+        query: The query parameters.
+        status: The status answered.
+        base_id: The ``X-Service-Base-Id`` sent, or ``None``.
+    """
 
     method: str
     path: str
@@ -228,6 +237,10 @@ class SearchRecord:
 
     ``body`` is the body as sent, except that a string over 1,024 characters (an image) is
     kept as ``"<600,000 characters, sha256 HEX>"``: the history stays small.
+
+    Args:
+        body: The search's body, as described above.
+        base_id: The ``X-Service-Base-Id`` sent, or ``None``.
     """
 
     base_id: str | None
@@ -241,6 +254,15 @@ class EmulatorStats:
     ``counts`` maps endpoint name -> requests received (faulted ones included);
     ``max_in_flight`` is the most requests handled at the same time over all endpoints, and
     ``max_in_flight_by_endpoint`` the same per endpoint.
+
+    Args:
+        requests: The latest requests received (``RecordedRequest``), bounded.
+        counts: Requests received per endpoint name.
+        in_flight: Requests being handled now.
+        max_in_flight: The most requests handled at once.
+        in_flight_by_endpoint: Requests being handled now, per endpoint.
+        max_in_flight_by_endpoint: The most requests handled at once, per endpoint.
+        last_search_ms: How long the last search took to compute, in milliseconds.
     """
 
     requests: deque[RecordedRequest] = field(default_factory=_request_log)
@@ -252,7 +274,11 @@ class EmulatorStats:
     last_search_ms: float | None = None
 
     def count(self, endpoint: str | None = None) -> int:
-        """Return how many requests an endpoint (or all of them, for None) received."""
+        """Return how many requests an endpoint (or all of them, for None) received.
+
+        Args:
+            endpoint: The endpoint's name; ``None``: all of them.
+        """
         return sum(self.counts.values()) if endpoint is None else self.counts[endpoint]
 
     def reset(self) -> None:
@@ -373,6 +399,20 @@ class ServiceEmulator:
     and SHA-256 digest; ``requests`` keeps the latest 100,000 requests and at most 16 MiB.
     Nothing else grows with the requests served (the data added, and the previews of added
     pages, grow only with what is added).
+
+    Args:
+        api_key: The key the emulator accepts; ``None``: a random one (``emu.api_key``).
+        host: The address to listen on (loopback by default).
+        port: The port; 0: a free one (``emu.base_url`` tells which).
+        seed: The seed of the data made at start; ``None``: an empty store.
+        n_resources: How many resources a seed makes.
+        n_jobs: How many extraction jobs a seed makes.
+        first_page: The number of the first page of search results.
+        fault_seed: The seed of the fault draws; ``None``: ``seed`` (or 0).
+        use_numpy: Force (``True``/``False``) or auto-detect (``None``) the numpy path.
+        strict: Refuse with a 422 what the spec leaves open (see above).
+        idle_timeout: Seconds a connection may stay without a request handled.
+        shutdown_timeout: Seconds ``stop()`` gives the requests in flight.
     """
 
     def __init__(
@@ -568,6 +608,19 @@ class ServiceEmulator:
         resized copy finds it too. Raises ValueError for an unknown field (unless
         ``strict=False``), a duplicate id or an image that is not a base64 data URL of an
         ``image/`` media type.
+
+        Args:
+            resource: The resource's fields, in wire names.
+            base_id: The base to add it to; ``None``: the workspace.
+            text: The searchable text, split into chunks of 40 words.
+            chunks: The searchable chunks instead (texts or chunk dicts).
+            ancestors: The ids ``filters.ancestorIds`` matches.
+            image: The resource's picture (bytes or a base64 data URL).
+            strict: Refuse a field the spec does not show.
+            **fields: More fields, in wire names (over ``resource``).
+
+        Returns:
+            The resource as stored.
         """
         given = {**(resource or {}), **fields}
         return self.store.add_resource(
@@ -595,12 +648,28 @@ class ServiceEmulator:
         ``next_states`` scripts the job's progress: each GET of the job answers with the
         current state and then moves to the next one, e.g. ``add_job(state="pending",
         next_states=["processing", "done"])`` reads pending, processing, done, done, ...
+
+        Args:
+            job: The job's fields, in wire names.
+            base_id: The base to add it to; ``None``: the workspace.
+            next_states: The states the job moves through, one per GET.
+            strict: Refuse a field the spec does not show.
+            **fields: More fields, in wire names (over ``job``).
+
+        Returns:
+            The job as stored.
         """
         given = {**(job or {}), **fields}
         return self.store.add_job(given, base_id=base_id, next_states=next_states, strict=strict)
 
     def set_job_state(self, job_id: str, state: str, *, base_id: str | None = None) -> None:
-        """Set a job's state now (dropping any scripted next states); KeyError when unknown."""
+        """Set a job's state now (dropping any scripted next states); KeyError when unknown.
+
+        Args:
+            job_id: The job's id.
+            state: Its new state.
+            base_id: The job's base; ``None``: the workspace.
+        """
         record = self.store.job(job_id, base_id)
         record.wire["state"] = state
         record.next_states.clear()
@@ -618,12 +687,27 @@ class ServiceEmulator:
         """Store a webhook log (detail form) for a job and return it; KeyError when no job.
 
         ``attemptNumber`` defaults to one more than the job's log count.
+
+        Args:
+            job_id: The job's id.
+            log: The log's fields, in wire names.
+            base_id: The job's base; ``None``: the workspace.
+            strict: Refuse a field the spec does not show.
+            **fields: More fields, in wire names (over ``log``).
+
+        Returns:
+            The log as stored.
         """
         given = {**(log or {}), **fields}
         return self.store.add_webhook_log(job_id, given, base_id=base_id, strict=strict)
 
     def add_page(self, url: str, html: str) -> None:
-        """Register the HTML ``GET /v2/link?url=`` parses for ``url`` (shared by all bases)."""
+        """Register the HTML ``GET /v2/link?url=`` parses for ``url`` (shared by all bases).
+
+        Args:
+            url: The URL previewed.
+            html: The page's HTML.
+        """
         self.store.add_page(url, html)
 
     def seed(
@@ -633,31 +717,66 @@ class ServiceEmulator:
         seed: int = 0,
         base_id: str | None = None,
     ) -> None:
-        """Add deterministic realistic resources and jobs (with webhook logs) to a base."""
+        """Add deterministic realistic resources and jobs (with webhook logs) to a base.
+
+        Args:
+            n_resources: How many resources to add.
+            n_jobs: How many jobs to add.
+            seed: The seed of the data.
+            base_id: The base to add them to; ``None``: the workspace.
+        """
         seed_base(self.store, n_resources=n_resources, n_jobs=n_jobs, seed=seed, base_id=base_id)
 
     def resources(self, base_id: str | None = None) -> list[dict[str, Any]]:
-        """Return copies of a base's resources, in insertion order."""
+        """Return copies of a base's resources, in insertion order.
+
+        Args:
+            base_id: The base; ``None``: the workspace.
+        """
         return [copy.deepcopy(d.wire) for d in self.store.base(base_id).index.docs]
 
     def resource(self, resource_id: str, base_id: str | None = None) -> dict[str, Any]:
-        """Return a copy of one resource; KeyError when the base has none with this id."""
+        """Return a copy of one resource; KeyError when the base has none with this id.
+
+        Args:
+            resource_id: The resource's id.
+            base_id: The base; ``None``: the workspace.
+        """
         return copy.deepcopy(self.store.base(base_id).index.by_id[resource_id].wire)
 
     def resource_chunks(self, resource_id: str, base_id: str | None = None) -> list[dict[str, Any]]:
-        """Return copies of a resource's text chunks (what text search matches)."""
+        """Return copies of a resource's text chunks (what text search matches).
+
+        Args:
+            resource_id: The resource's id.
+            base_id: The base; ``None``: the workspace.
+        """
         return copy.deepcopy(self.store.base(base_id).index.by_id[resource_id].chunks)
 
     def jobs(self, base_id: str | None = None) -> list[dict[str, Any]]:
-        """Return copies of a base's extraction jobs, in insertion order."""
+        """Return copies of a base's extraction jobs, in insertion order.
+
+        Args:
+            base_id: The base; ``None``: the workspace.
+        """
         return [copy.deepcopy(r.wire) for r in self.store.base(base_id).jobs.values()]
 
     def job(self, job_id: str, base_id: str | None = None) -> dict[str, Any]:
-        """Return a copy of one extraction job; KeyError when unknown."""
+        """Return a copy of one extraction job; KeyError when unknown.
+
+        Args:
+            job_id: The job's id.
+            base_id: The base; ``None``: the workspace.
+        """
         return copy.deepcopy(self.store.job(job_id, base_id).wire)
 
     def webhook_logs(self, job_id: str, base_id: str | None = None) -> list[dict[str, Any]]:
-        """Return copies of a job's webhook logs (detail form), in insertion order."""
+        """Return copies of a job's webhook logs (detail form), in insertion order.
+
+        Args:
+            job_id: The job's id.
+            base_id: The base; ``None``: the workspace.
+        """
         return [copy.deepcopy(v) for v in self.store.job(job_id, base_id).logs.values()]
 
     # ------------------------------------------------------------ the app
@@ -1240,6 +1359,17 @@ async def serve_forever(
     """Run an emulator until cancelled (for a ``serve`` command); prints nothing itself.
 
     ``on_ready`` is called with the running emulator (read ``base_url`` and ``api_key`` there).
+
+    Args:
+        host: The address to listen on.
+        port: The port.
+        api_key: The key the emulator accepts; ``None``: a random one.
+        seed: The seed of the data made at start; ``None``: an empty store.
+        n_resources: How many resources a seed makes.
+        n_jobs: How many extraction jobs a seed makes.
+        first_page: The number of the first page of search results.
+        strict: Refuse with a 422 what the spec leaves open.
+        on_ready: Called with the running emulator.
     """
     emulator = ServiceEmulator(
         api_key,

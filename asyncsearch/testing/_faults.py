@@ -61,6 +61,18 @@ class FaultConfig:
     Content-Length promises more than is sent, then the connection closes) and a slow body
     (written in ``slow_chunks`` equal pieces, ``slow_chunk_delay`` seconds apart, so it takes
     about ``(slow_chunks - 1) * slow_chunk_delay`` seconds whatever its size).
+
+    Args:
+        latency: Seconds waited before every answer.
+        rate_429: The probability of a 429 answer.
+        rate_500: The probability of a 500 answer.
+        rate_503: The probability of a 503 answer.
+        drop_connection: The probability of a connection closed with no answer.
+        truncate_body: The probability of a body cut short.
+        slow_body: The probability of a body written slowly.
+        retry_after: The ``Retry-After`` of a 429 (seconds, or a header value), or ``None``.
+        slow_chunks: The pieces of a slow body.
+        slow_chunk_delay: Seconds between the pieces of a slow body.
     """
 
     latency: float = 0.0
@@ -80,7 +92,16 @@ _FIELDS = {f.name for f in dataclasses.fields(FaultConfig)}
 
 @dataclass(frozen=True, slots=True)
 class FaultDecision:
-    """What to do with one request."""
+    """What to do with one request.
+
+    Args:
+        latency: Seconds to wait before answering.
+        action: ``"pass"``, ``"status"``, ``"drop"``, ``"truncate"`` or ``"slow"``.
+        status: The status to answer with, for ``"status"``.
+        retry_after: The ``Retry-After`` header of the answer, or ``None``.
+        slow_chunks: The pieces of a slow body.
+        slow_chunk_delay: Seconds between the pieces of a slow body.
+    """
 
     latency: float
     action: Action
@@ -153,7 +174,11 @@ class _Gate:
 
 
 class Faults:
-    """Run-time fault settings and scripts of one emulator; see the module docstring."""
+    """Run-time fault settings and scripts of one emulator; see the module docstring.
+
+    Args:
+        seed: The seed of the random draws.
+    """
 
     def __init__(self, seed: int = 0) -> None:
         self._settings: dict[str, dict[str, Any]] = {}
@@ -170,6 +195,13 @@ class Faults:
 
         Raises ValueError for an unknown endpoint or setting, a rate outside [0, 1], or rates
         of one endpoint that add up to more than 1.
+
+        Args:
+            endpoint: The endpoint's name (``search``, ``extract``, ``link``, ...) or ``"*"``.
+            **settings: The settings to change (the fields of ``FaultConfig``).
+
+        Returns:
+            The endpoint's effective settings.
         """
         check_endpoint(endpoint)
         checked = {name: _check_value(name, value) for name, value in settings.items()}
@@ -190,6 +222,10 @@ class Faults:
         body, 429 with Retry-After) or "ok", "drop", "truncate" or "slow". A script replaces the
         endpoint's previous one; while it lasts the random rates are not drawn. An endpoint's
         own script goes before the "*" script.
+
+        Args:
+            endpoint: The endpoint's name (``search``, ``extract``, ``link``, ...) or ``"*"``.
+            sequence: The actions, in order.
         """
         check_endpoint(endpoint)
         actions = deque(_check_action(a) for a in sequence)
@@ -202,6 +238,9 @@ class Faults:
         """Remove the settings, script and gate of one endpoint, or of all when None.
 
         A closed gate is opened, so nothing stays parked.
+
+        Args:
+            endpoint: The endpoint (or ``"*"``); ``None``: every one.
         """
         if endpoint is None:
             self._settings.clear()
@@ -224,6 +263,10 @@ class Faults:
         a held gate only resets ``after``. Use it where a test needs "the other side is still
         running": hold, start it, ``await wait_parked()``, act, release. Call it from the
         emulator's event loop (or over HTTP).
+
+        Args:
+            endpoint: The endpoint's name (``search``, ``extract``, ``link``, ...) or ``"*"``.
+            after: How many requests still pass before the gate parks them.
         """
         check_endpoint(endpoint)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -235,7 +278,11 @@ class Faults:
         gate.passes = after
 
     def release(self, endpoint: str | None = None) -> None:
-        """Open the gate of an endpoint (or "*"), or every gate when None; idempotent."""
+        """Open the gate of an endpoint (or "*"), or every gate when None; idempotent.
+
+        Args:
+            endpoint: The endpoint (or ``"*"``); ``None``: every gate.
+        """
         names = list(self._gates) if endpoint is None else [check_endpoint(endpoint)]
         for name in names:
             gate = self._gates.pop(name, None)
@@ -247,7 +294,11 @@ class Faults:
         return sorted(self._gates)
 
     def parked(self, endpoint: str | None = None) -> int:
-        """Return how many requests to ``endpoint`` (all when None) are parked at a gate now."""
+        """Return how many requests to ``endpoint`` (all when None) are parked at a gate now.
+
+        Args:
+            endpoint: The endpoint; ``None``: all of them.
+        """
         if endpoint is None:
             return sum(self._parked.values())
         check_endpoint(endpoint)
@@ -260,6 +311,10 @@ class Faults:
 
         Returns the number parked. It waits as long as it takes: put it under a deadline
         (``asyncio.timeout``) in a test.
+
+        Args:
+            count: How many parked requests to wait for.
+            endpoint: The endpoint; ``None``: all of them.
         """
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError("count must be a positive integer")
@@ -287,6 +342,9 @@ class Faults:
 
         Once parked, the request waits only on gates that were closed when it parked: a
         ``hold`` right after the ``release`` that woke it makes a new gate for later requests.
+
+        Args:
+            endpoint: The endpoint of the request.
         """
         newest: int | None = None  # the newest gate that can hold this request, once parked
         while True:
@@ -322,17 +380,29 @@ class Faults:
                 waiter.set_result(None)
 
     def reseed(self, seed: int) -> None:
-        """Restart the random draws from ``seed`` (for reproducible runs)."""
+        """Restart the random draws from ``seed`` (for reproducible runs).
+
+        Args:
+            seed: The new seed.
+        """
         self._rng = random.Random(seed)
 
     def config(self, endpoint: str) -> FaultConfig:
-        """Return the effective settings of an endpoint ("*" settings under its own)."""
+        """Return the effective settings of an endpoint ("*" settings under its own).
+
+        Args:
+            endpoint: The endpoint's name (``search``, ``extract``, ``link``, ...) or ``"*"``.
+        """
         check_endpoint(endpoint)
         merged = {**self._settings.get("*", {}), **self._settings.get(endpoint, {})}
         return FaultConfig(**merged)
 
     def remaining_script(self, endpoint: str) -> list[int | str]:
-        """Return the actions still scripted for an endpoint (or "*")."""
+        """Return the actions still scripted for an endpoint (or "*").
+
+        Args:
+            endpoint: The endpoint's name (``search``, ``extract``, ``link``, ...) or ``"*"``.
+        """
         return list(self._scripts.get(endpoint, ()))
 
     def snapshot(self) -> dict[str, Any]:
@@ -343,7 +413,14 @@ class Faults:
         }
 
     def apply(self, payload: Mapping[str, Any]) -> FaultConfig:
-        """Apply a JSON control body: ``{"endpoint": "search", "<setting>": value, ...}``."""
+        """Apply a JSON control body: ``{"endpoint": "search", "<setting>": value, ...}``.
+
+        Args:
+            payload: The body: ``endpoint`` (default ``"*"``) and the settings to change.
+
+        Returns:
+            The endpoint's effective settings.
+        """
         settings = dict(payload)
         endpoint = settings.pop("endpoint", "*")
         if not isinstance(endpoint, str):
@@ -351,7 +428,11 @@ class Faults:
         return self.set(endpoint, **settings)
 
     def decide(self, endpoint: str) -> FaultDecision:
-        """Return what to do with the next request to ``endpoint`` (consumes script and RNG)."""
+        """Return what to do with the next request to ``endpoint`` (consumes script and RNG).
+
+        Args:
+            endpoint: The endpoint of the request.
+        """
         config = self.config(endpoint)
         retry_after = format_retry_after(config.retry_after)
         common: dict[str, Any] = {
