@@ -836,8 +836,14 @@ class RateLimit:
         return self._refill()
 
     def wait(self, after: float = 0.0) -> float:
-        """Seconds a request asking ``after`` seconds from now would wait for its token (after
-        every one waiting now)."""
+        """Seconds a request would wait for its token, after every one waiting now.
+
+        Args:
+            after: When the request asks, in seconds from now.
+
+        Returns:
+            The seconds it would wait then (0.0: a token is there for it).
+        """
         tokens = min(self.burst, self._refill() + after * self.per_second)
         return max(0.0, self.waiting + 1 - tokens) / self.per_second
 

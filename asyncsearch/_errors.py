@@ -53,16 +53,19 @@ if TYPE_CHECKING:
 class AsyncSearchError(Exception):
     """Base class of every error raised by asyncsearch.
 
-    ``attempts`` is the number of HTTP attempts made before the error was raised, or ``None``
-    when the error came before any request (bad arguments, bad options, closed client).
-    ``request_id`` is the id the service gave its answer, or ``None`` when no answer came (or
-    it gave none).
+    ``attempts`` is the number of the call's attempts that went out (were handed to the
+    connection to send: an attempt stopped before, by the deadline, ``Timeout.pool``, the rate
+    limit or the key provider, is not counted), or ``None`` when the error came before the call
+    began (bad arguments, bad options, a closed client). ``request_id`` is the id the service
+    gave its answer, or ``None`` when no answer came (or it gave none).
     """
 
     attempts: int | None
     request_id: str | None = None
-    #: Why no more attempts were made although ``max_retries`` allowed more (the client's
-    #: retry budget was spent, or the call's ``deadline`` would have passed), or ``None``.
+    #: Why no more attempts were made although ``max_retries`` allowed more (the server asked
+    #: for a longer wait than ``max_retry_after``, the client's retry budget was spent, the
+    #: call's ``deadline`` would have passed, or the next attempt was stopped before it was
+    #: sent), or ``None``.
     retries_stopped: str | None = None
 
     def __init__(self, message: str, *, attempts: int | None = None) -> None:
@@ -162,6 +165,13 @@ class ProxyError(APIConnectionError):
     """
 
     def __init__(self, message: str, *, status_code: int, attempts: int | None = None) -> None:
+        """Make the error (``retryable`` unless a 407; never ``request_sent``).
+
+        Args:
+            message: What the proxy refused.
+            status_code: The proxy's answer.
+            attempts: The attempts that went out, or ``None`` when none was counted.
+        """
         super().__init__(
             message, attempts=attempts, retryable=status_code != 407, request_sent=False
         )
