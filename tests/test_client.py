@@ -1003,4 +1003,5 @@ async def test_an_html_page_answered_with_200_says_what_came_instead(serve: Serv
     assert message.startswith(f"the 200 answer of {server.base_url}/v2/extract/{JOB_ID}")
     assert "(text/html; charset=utf-8)" in message
     assert "it starts with '<html><body>Sign in. You sent [redacted]" in message
-    assert API_KEY not in message and API_KEY not in repr(caught.value.body)
+    assert API_KEY not in message
+    assert API_KEY not in repr(caught.value.body)
