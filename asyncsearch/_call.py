@@ -4,7 +4,7 @@ The contract of one attempt. Its phases come in this order, each with one owner,
 (``_transport.Attempt``) says how far it got; every question about the attempt is answered from
 that record, here:
 
-1. **prepare** (``_Call.prepare``): with a key provider, the key, asked before the call's first
+1. **prepare** (``_Call._phases``): with a key provider, the key, asked before the call's first
    attempt and once more after a 401. An async provider is asked one question at a time for every
    call: a call that asks while a question is in flight takes its answer (``_Key.ask``).
 2. **connection** (``Transport.send``): a free connection of the pool; a direct call waits at most
@@ -57,7 +57,7 @@ from ._errors import (
 )
 from ._protocol import Request, Response, Secrets
 from ._tracing import NO_SPAN
-from ._transport import ADMIT, CONNECTION, PREPARE, Attempt, Transport
+from ._transport import Attempt, Transport
 
 if TYPE_CHECKING:
     from ._tracing import CallSpan
@@ -69,12 +69,13 @@ logger = logging.getLogger("asyncsearch")
 # Looked up at call time, so tests can record backoff delays instead of sleeping them.
 _sleep = anyio.sleep
 
-#: What an attempt stopped before sending was waiting for, by its phase.
-_WAITING = {
-    PREPARE: "the api_key provider's answer",
-    CONNECTION: "a connection of the pool",
-    ADMIT: "its token of the rate limit",
-}
+#: What an attempt stopped before sending was waiting for, by its phase (PREPARE, CONNECTION,
+#: ADMIT: 1, 2, 3).
+_WAITING = (
+    "the api_key provider's answer",
+    "a connection of the pool",
+    "its token of the rate limit",
+)
 
 
 @dataclass(slots=True)
@@ -231,9 +232,9 @@ class _Call(Generic[T]):
                 if not record.went_out and isinstance(exc, APITimeoutError):
                     # Stopped before it was sent (the deadline, Timeout.pool, the rate limit):
                     # the last real error says what happened.
-                    if self.last is None:
-                        raise
-                    raise self.stop(self.last, exc.message) from None
+                    raise (
+                        exc if self.last is None else self.stop(self.last, exc.message)
+                    ) from None
                 if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
                     raise
                 error: AsyncSearchError = exc
@@ -250,7 +251,7 @@ class _Call(Generic[T]):
                 if status == 401 and self.source.provider and not self.rekeyed:
                     self.rekeyed = self.rekey = True  # the next attempt asks for the key again
                     self.last = error
-                    logger.info("%s: the key was refused (401); asking for it again", self.path)
+                    logger.info("%s: the key was refused (401); asking again", self.request.path)
                     span.retry(self.attempts, 0.0, "status 401: the key asked again")
                     continue
                 if status == 407 or not protocol.is_retryable_status(
@@ -263,7 +264,7 @@ class _Call(Generic[T]):
             logger.info(
                 "retrying %s %s in %.2fs (attempt %d of %d failed: %s)",
                 self.request.method,
-                self.path,
+                self.request.path,
                 delay,
                 self.attempts,
                 policy.max_retries + 1,
@@ -271,10 +272,6 @@ class _Call(Generic[T]):
             )
             span.retry(self.attempts, delay, reason)
             await _sleep(delay)  # holding nothing: a connection is taken inside each attempt
-
-    @property
-    def path(self) -> str:
-        return self.request.path
 
     def answer(self, response: Response) -> APIResponse[T]:
         answer: APIResponse[T] = APIResponse.__new__(APIResponse)
@@ -313,26 +310,23 @@ class _Call(Generic[T]):
         return response
 
     async def _phases(self, record: Attempt) -> Response:
+        """The phases of an attempt: 1 (the key of a key provider, asked once per key, not per
+        attempt) here, the others in the transport."""
         if self.source.provider is not None and self.rekey:
-            await self.prepare()
+            self.rekey = False
+            try:
+                key, self.asked = await self.source.ask(self.asked)
+            except Exception as exc:
+                if self.pressure is None:
+                    raise  # a direct call raises the provider's error as it is
+                what = f"the api_key provider raised {type(exc).__name__}: {exc}"
+                raise KeyProviderError(what) from exc
+            self.options = self.options.keyed(key)
         admit = None if self.shared.rate_limit is None else self.admit
         bulk = self.pressure is not None
         return await self.shared.transport.send(
             self.request, self.options, record, bulk=bulk, admit=admit
         )
-
-    async def prepare(self) -> None:
-        """Phase 1: the key of a key provider (asked once per key, not per attempt)."""
-        self.rekey = False
-        try:
-            key, self.asked = await self.source.ask(self.asked)
-        except Exception as exc:
-            if self.pressure is None:
-                raise  # a direct call raises the provider's error as it is
-            raise KeyProviderError(
-                f"the api_key provider raised {type(exc).__name__}: {exc}"
-            ) from exc
-        self.options = self.options.keyed(key)
 
     async def admit(self, record: Attempt) -> None:
         """Phase 3: the token of the rate limit of the ``record``'s next request, its connection
@@ -343,8 +337,7 @@ class _Call(Generic[T]):
         """
         limit = self.shared.rate_limit
         assert limit is not None
-        wait = limit.wait()
-        if wait:
+        if wait := limit.wait():
             redirect = record.went_out  # a later request of an attempt under way
             if self.end is not None and anyio.current_time() + wait > self.end:
                 which = "a redirect" if redirect else "the next attempt" if self.last else "it"
@@ -362,11 +355,8 @@ class _Call(Generic[T]):
         """Count the attempt if it went out; give back a token taken for a request not sent."""
         if record.went_out:
             self.attempts += 1
-        if record.admitted > record.sent:
-            limit = self.shared.rate_limit
-            assert limit is not None
-            for _ in range(record.admitted - record.sent):
-                limit.give_back()
+        if record.admitted > record.sent and self.shared.rate_limit is not None:
+            self.shared.rate_limit.give_back(record.admitted - record.sent)
 
     def past_deadline(self, record: Attempt, what: str | None = None) -> APITimeoutError:
         """The deadline's error: ``what`` happened, else what the ``record`` shows it cut."""
@@ -376,7 +366,7 @@ class _Call(Generic[T]):
             what = (
                 f"passed during attempt {self.attempts + 1}"
                 if went
-                else f"passed while {which} waited for {_WAITING[record.phase]}"
+                else f"passed while {which} waited for {_WAITING[record.phase - 1]}"
             )
         unsent = "" if went or self.last else ": it was not sent"
         exc = APITimeoutError(
@@ -392,8 +382,7 @@ class _Call(Generic[T]):
         ``pressure`` is told of an overload (429, 503) and paused for a ``Retry-After`` it may wait.
         A 407 is the proxy's (only a proxy asks for its own credentials): a ``ProxyError``.
         """
-        headers = response.headers
-        retry_after = protocol.parse_retry_after(headers)
+        retry_after = protocol.parse_retry_after(response.headers)
         pressure = self.pressure
         if pressure is not None and response.status in (429, 503):
             pressure.on_overload()
@@ -458,7 +447,7 @@ class _Call(Generic[T]):
     def stop(self, error: AsyncSearchError, why: str) -> AsyncSearchError:
         """``error``, saying why no attempt follows it although ``max_retries`` allowed one."""
         error.retries_stopped = why
-        logger.info("%s %s: not retrying: %s", self.request.method, self.path, why)
+        logger.info("%s %s: not retrying: %s", self.request.method, self.request.path, why)
         return error
 
 

@@ -861,9 +861,13 @@ class RateLimit:
         # timer may end a hair early, leaving the bucket that hair below 0 (the next one waits).
         self._tokens -= 1
 
-    def give_back(self) -> None:
-        """Put back the token of a request that was not sent (never above ``burst``)."""
-        self._tokens = min(self.burst, self._refill() + 1)
+    def give_back(self, tokens: int = 1) -> None:
+        """Put back the tokens of requests that were not sent (never above ``burst``).
+
+        Args:
+            tokens: How many.
+        """
+        self._tokens = min(self.burst, self._refill() + tokens)
 
     def __repr__(self) -> str:
         return f"RateLimit(per_second={self.per_second:g}, burst={self.burst})"

@@ -298,34 +298,28 @@ class _Key:
         The provider's error is raised as it raised it, to every call that asked it.
         """
         while self.provider is not None and after in (None, self.asked):
-            flight = self._flight
-            if flight is None:
-                return await self._question()
-            # asyncio.wait, not await: a call that stops waiting leaves the question running.
-            await asyncio.wait((flight,))
-            if not flight.cancelled():  # else the call that asked it stopped: ask again
-                return flight.result()
-        return self._value, self.asked
-
-    async def _question(self) -> tuple[str, int]:
-        """Ask the provider, in this task, for every call that joins meanwhile."""
-        assert self.provider is not None
-        flight = self._flight = running_loop().create_future()
-        try:
-            key = self.provider()
-            key = await key if isinstance(key, Awaitable) else key
-            self._value = _check_text("the key the api_key provider returned", key)
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                flight.set_exception(exc)
-                flight.exception()  # retrieved: nobody else may have joined
-            else:
-                flight.cancel()  # this call was cancelled: the others ask again
-            raise
-        finally:
-            self._flight = None
-        self.asked += 1
-        flight.set_result((self._value, self.asked))
+            if (flight := self._flight) is not None:
+                # asyncio.wait, not await: a call that stops waiting leaves the question running.
+                await asyncio.wait((flight,))
+                if not flight.cancelled():  # else the call that asked it stopped: ask again
+                    return flight.result()
+                continue
+            flight = self._flight = running_loop().create_future()
+            try:  # asked in this task, for every call that joins meanwhile
+                key = self.provider()
+                key = await key if isinstance(key, Awaitable) else key
+                self._value = _check_text("the key the api_key provider returned", key)
+                self.asked += 1
+                flight.set_result((self._value, self.asked))
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    flight.set_exception(exc)
+                    flight.exception()  # retrieved here: nobody may have joined
+                else:
+                    flight.cancel()  # this call was cancelled as it asked: the others ask again
+                raise
+            finally:
+                self._flight = None
         return self._value, self.asked
 
     def __repr__(self) -> str:
@@ -431,7 +425,9 @@ class Options:
         names = ("headers_without_body", "headers_with_body")
         headers: dict[str, Any] = {n: {**getattr(self, n), "X-Api-Key": key} for n in names}
         # The keys sent before in this call stay secrets too.
-        return replace(self, api_key=_Key(key), secrets=self.secrets.plus(key), **headers)
+        return replace(
+            self, api_key=_Key(key), secrets=Secrets({*self.secrets.texts, key}), **headers
+        )
 
     def apply(self, request: Request[T]) -> Request[T]:
         """The request with this call's ``extra_query`` and ``extra_body``."""

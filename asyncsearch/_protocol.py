@@ -935,10 +935,6 @@ class Secrets:
         # Longest first, so that "user:password" goes before the password alone.
         self.texts = tuple(sorted({text for text in texts if text}, key=len, reverse=True))
 
-    def plus(self, *texts: str) -> Secrets:
-        """These secrets and ``texts``."""
-        return Secrets({*self.texts, *texts})
-
     def redact(self, text: str) -> str:
         """``text`` with every secret, and every credential header's value, replaced."""
         for secret in self.texts:
@@ -964,27 +960,28 @@ class Secrets:
             return value  # nothing to show a secret, or walked on its own (an exception)
         deeper: dict[str, Any] = {"shown": shown, "depth": depth + 1}
         if isinstance(value, Mapping):
-            items = [
-                (k, REDACTED if str(k).lower() in SECRET_HEADERS else self.scrubbed(v, **deeper))
-                for k, v in value.items()
+            keys, old = list(value.keys()), list(value.values())
+            new = [
+                REDACTED if str(k).lower() in SECRET_HEADERS else self.scrubbed(v, **deeper)
+                for k, v in zip(keys, old, strict=True)
             ]
-            if all(new is old for (_, new), old in zip(items, value.values(), strict=True)):
-                return value
-            if isinstance(value, CIMultiDictProxy):
-                return CIMultiDictProxy(CIMultiDict(items))
-            if isinstance(value, CIMultiDict | dict):
-                return _remade(value, items, dict)
+            parts: list[Any] = list(zip(keys, new, strict=True))
         elif isinstance(value, list | tuple | set | frozenset):
-            parts = [self.scrubbed(item, **deeper) for item in value]
-            if all(new is old for new, old in zip(parts, value, strict=True)):
-                return value
-            if hasattr(value, "_make"):  # a named tuple (aiohttp's RequestInfo)
-                return value._make(parts)
-            return _remade(value, parts, type(value).__mro__[-2])
-        if not shown:
+            old = list(value)
+            new = parts = [self.scrubbed(item, **deeper) for item in old]
+        else:  # another object: its repr, where its text shows (an argument, a note)
+            shows = repr(value) if shown else ""
+            return value if (clean := self.redact(shows)) == shows else clean
+        if all(after is before for after, before in zip(new, old, strict=True)):
             return value
-        shows = repr(value)
-        return value if (clean := self.redact(shows)) == shows else clean
+        if isinstance(value, CIMultiDictProxy):
+            return CIMultiDictProxy(CIMultiDict(parts))
+        if hasattr(value, "_make"):  # a named tuple (aiohttp's RequestInfo)
+            return value._make(parts)
+        try:
+            return type(value)(parts)
+        except Exception:  # a type that is not made from its items: the plain one
+            return (dict if isinstance(value, Mapping) else type(value).__mro__[-2])(parts)
 
     def scrub(self, error: BaseException) -> None:
         """Take the secrets out of ``error`` and all it leads to: its arguments, notes and
@@ -1003,14 +1000,6 @@ class Secrets:
                 setattr(exc, name, self.scrubbed(value, shown=name == "__notes__"))
             group = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
             todo += (exc.__cause__, exc.__context__, *group)
-
-
-def _remade(value: Any, parts: Any, base: type[Any]) -> Any:
-    """A container of ``value``'s own type holding ``parts``, else of the ``base`` type."""
-    try:
-        return type(value)(parts)
-    except Exception:
-        return base(parts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -131,13 +131,6 @@ class Attempt:
         if not own:
             self.sent += 1  # handed to aiohttp: all a caller's session lets us know
 
-    def read(self, own: bool) -> None:
-        """Phase 5: an answer's head came (counted here if no recorder saw it: a test's mock)."""
-        self.phase = READ
-        if not self.sends:
-            self.sent += 1 if own else 0  # a caller's session's was counted as handed over
-            self.answered += 1
-
     def chain(self, middlewares: tuple[Any, ...]) -> tuple[Any, ...]:
         """The middlewares of one request, the recorders around the client's own."""
         # With none of the client's, __call__ is outermost too: aiohttp calls a lone middleware
@@ -409,7 +402,7 @@ async def _follow_redirects(
                 # None: a caller's session runs its own (a list here would replace them).
                 middlewares=record.chain(options.middlewares) if own else None,
             ) as resp:
-                record.read(own)
+                record.phase = READ
                 location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
                 target = None if location is None else redirect_target(url, location)
                 if target is None:
