@@ -320,6 +320,7 @@ class _Key:
                 raise
             finally:
                 self._flight = None
+            break
         return self._value, self.asked
 
     def __repr__(self) -> str:
