@@ -63,6 +63,12 @@ from ._models import (
 )
 from ._paging import SearchPager
 from ._protocol import SearchParams, image_data_url
+from ._sync import (
+    BlockingExtractionResults,
+    BlockingRawResponseClient,
+    BlockingSearchPager,
+    SearchClient,
+)
 from ._version import __version__
 
 __all__ = [
@@ -75,6 +81,9 @@ __all__ = [
     "AsyncSearchError",
     "AuthenticationError",
     "BadRequestError",
+    "BlockingExtractionResults",
+    "BlockingRawResponseClient",
+    "BlockingSearchPager",
     "ClientClosedError",
     "ConfigurationError",
     "ConflictError",
@@ -105,6 +114,7 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "SearchCallParams",
+    "SearchClient",
     "SearchFilters",
     "SearchHit",
     "SearchOptions",
