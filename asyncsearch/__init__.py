@@ -63,12 +63,7 @@ from ._models import (
 )
 from ._paging import SearchPager
 from ._protocol import SearchParams, image_data_url
-from ._sync import (
-    BlockingExtractionResults,
-    BlockingRawResponseClient,
-    BlockingSearchPager,
-    SearchClient,
-)
+from ._sync import SearchClient, SyncExtractionResults, SyncRawResponseClient, SyncSearchPager
 from ._version import __version__
 
 __all__ = [
@@ -81,9 +76,6 @@ __all__ = [
     "AsyncSearchError",
     "AuthenticationError",
     "BadRequestError",
-    "BlockingExtractionResults",
-    "BlockingRawResponseClient",
-    "BlockingSearchPager",
     "ClientClosedError",
     "ConfigurationError",
     "ConflictError",
@@ -123,6 +115,9 @@ __all__ = [
     "SearchParams",
     "SearchQuery",
     "Sort",
+    "SyncExtractionResults",
+    "SyncRawResponseClient",
+    "SyncSearchPager",
     "Timeout",
     "UnprocessableEntityError",
     "WaitTimeoutError",

@@ -16,20 +16,17 @@ took 36 µs this way and 100-140 µs through the portal), so it is not used.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures as futures
-import contextlib
 import functools
 import inspect
 import os
 import queue
-import sys
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from types import MethodType
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, Unpack, cast, overload
 
 from ._call import APIResponse
 from ._client import AsyncSearchClient, ExtractionResults, Id, JobId
@@ -41,13 +38,8 @@ from ._paging import SearchPager
 P = ParamSpec("P")
 T = TypeVar("T")
 Y = TypeVar("Y")
-Y_co = TypeVar("Y_co", covariant=True)
 
-LOOP_THREAD = "asyncsearch.SearchClient.loop"
-IDS_THREAD = "asyncsearch.SearchClient.ids"
-CALL_TASK = "asyncsearch.SearchClient.call"
 _END: Any = object()
-#: Plain collections: reading one runs none of the caller's code, so the loop reads it itself.
 #: Ids in memory: reading them runs none of the caller's code, so the loop reads them itself (a
 #: single str or bytes too, which the bulk call refuses).
 _IN_MEMORY = (list, tuple, range, set, frozenset, str, bytes, bytearray, memoryview)
@@ -75,46 +67,46 @@ class _Runner:
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.make = functools.partial(AsyncSearchClient, *args, **kwargs)
         self.client = self.make()  # raises in the caller's thread
-        self.lock = threading.Lock()
+        self.lock, self.closed = threading.Lock(), False
         self.running: _Running | None = None
         self.readers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-        self.closed = False
         _runners.add(self)
 
-    def run(self, call: Awaitable[T]) -> T:
+    def run(self, call: Coroutine[Any, Any, T]) -> T:
         """Run ``call`` on the loop (started now if need be) and wait for its outcome; a wait
         interrupted (Ctrl-C) cancels the call there, and waits for that, first."""
         future: futures.Future[T] = futures.Future()
         with self.lock:
-            if self.closed:
-                if asyncio.iscoroutine(call):
-                    call.close()  # closed since the caller's check: never started
-                raise ClientClosedError("the client is closed")
-            if self.running is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=self._serve, args=(loop,), daemon=True)
-                self.running = loop, thread, loop.create_future()
-                thread.name = LOOP_THREAD  # a daemon: an unclosed client never holds up exit
+            if self.running is None and not self.closed:
+                new = asyncio.new_event_loop()
+                stop = new.create_future()
+                thread = threading.Thread(target=self._serve, args=(new, stop), daemon=True)
+                thread.name = "asyncsearch.SearchClient.loop"  # a daemon: never holds up exit
+                self.running = new, thread, stop
                 thread.start()
-            loop = self.running[0]
+            loop = self.running[0] if self.running else None
+            if self.closed or loop is None or asyncio._get_running_loop() is loop:
+                call.close()  # never started
+                if self.closed:
+                    raise ClientClosedError("the client is closed")
+                raise EventLoopMismatchError("a SearchClient called on its own loop waits forever")
             loop.call_soon_threadsafe(_start, call, future)
         try:
             return future.result()
         finally:
-            if not future.done():
-                loop.call_soon_threadsafe(_cancel, future)
+            if not future.done():  # interrupted (Ctrl-C): cancelled there, and waited for
+                loop.call_soon_threadsafe(lambda: future.task.cancel())  # type: ignore[attr-defined]
                 futures.wait([future])
 
-    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _serve(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Future[None]) -> None:
         # Runner.close() then cancels what is left, closes async generators (the ids read by
         # _read_ids) and the loop's executor (aiohttp's DNS lookups), and the loop.
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            runner.run(self._main())
+            runner.run(self._main(stop))
 
-    async def _main(self) -> None:
-        assert self.running is not None
+    async def _main(self, stop: asyncio.Future[None]) -> None:
         try:
-            await self.running[2]
+            await stop
         finally:
             await self.client.aclose()
 
@@ -124,54 +116,38 @@ class _Runner:
             closed, self.closed, running = self.closed, True, self.running
         if not closed and running is not None:
             loop, thread, stop = running
-            with contextlib.suppress(RuntimeError):  # the loop is gone (interpreter exit)
-                loop.call_soon_threadsafe(stop.set_result, None)
+            loop.call_soon_threadsafe(stop.set_result, None)
             for started in [thread, *self.readers] if wait else ():
                 started.join(timeout)
 
 
-def _start(call: Awaitable[Any], future: futures.Future[Any]) -> None:
-    future.task = task = asyncio.ensure_future(call)  # type: ignore[attr-defined]
-    task.set_name(CALL_TASK)
+def _start(call: Coroutine[Any, Any, Any], future: futures.Future[Any]) -> None:
+    future.task = task = asyncio.create_task(call, name="asyncsearch.SearchClient.call")  # type: ignore[attr-defined]
     task.add_done_callback(functools.partial(_settle, future))
 
 
 def _settle(future: futures.Future[Any], task: asyncio.Task[Any]) -> None:
-    if task.cancelled():  # by close(), or by Ctrl-C (its waiter is gone)
-        future.set_exception(ClientClosedError("the client was closed during the call"))
-    elif (error := task.exception()) is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(task.result())
+    closed = task.cancelled()  # by close(), or by Ctrl-C (its waiter is gone)
+    error = ClientClosedError("the client was closed mid-call") if closed else task.exception()
+    future.set_result(task.result()) if error is None else future.set_exception(error)
 
 
-def _cancel(future: futures.Future[Any]) -> None:
-    future.task.cancel()  # type: ignore[attr-defined]
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    for runner in list(_runners):  # the clients left open: their pools closed, bounded
-        runner.close(1.0)
-
-
-async def _read_ids(ids: Iterable[Id], runner: _Runner) -> AsyncIterator[Id]:
+async def _read_ids(ids: Iterator[Id], runner: _Runner) -> AsyncIterator[Id]:
     """``ids`` read in a thread of their own, one ahead of the bulk call that takes them: a
     generator or a file may block, and on the loop thread it would stall every call."""
     asks: queue.SimpleQueue[futures.Future[Any] | None] = queue.SimpleQueue()
-    iterator = iter(ids)
 
     def read() -> None:  # until the bulk call stops asking (None) or gives up (cancelled)
         while (asked := asks.get()) is not None and asked.set_running_or_notify_cancel():
             try:
-                asked.set_result(next(iterator, _END))
+                asked.set_result(next(ids, _END))
             except Exception as exc:
                 asked.set_exception(exc)
 
-    runner.readers.add(reader := threading.Thread(target=read, name=IDS_THREAD, daemon=True))
+    reader = threading.Thread(target=read, name="asyncsearch.SearchClient.ids", daemon=True)
+    runner.readers.add(reader)
     reader.start()
-    asked: futures.Future[Any]
-    asks.put(asked := futures.Future())
+    asks.put(asked := futures.Future[Any]())
     try:
         while (item := await asyncio.wrap_future(asked)) is not _END:
             asks.put(asked := futures.Future())
@@ -182,7 +158,7 @@ async def _read_ids(ids: Iterable[Id], runner: _Runner) -> AsyncIterator[Id]:
 
 class _Blocking(Generic[P, T]):
     """The blocking twin of a coroutine method of ``AsyncSearchClient``: its parameters, its
-    result. Read on a ``BlockingRawResponseClient``, an endpoint's ``APIResponse`` instead."""
+    result. Read on a ``SyncRawResponseClient``, an endpoint's ``APIResponse`` instead."""
 
     @overload
     def __init__(
@@ -191,12 +167,12 @@ class _Blocking(Generic[P, T]):
     ) -> None: ...
     @overload
     def __init__(
-        self: _Blocking[P, BlockingSearchPager[Y]],
+        self: _Blocking[P, SyncSearchPager[Y]],
         method: Callable[Concatenate[AsyncSearchClient, P], SearchPager[Y]],
     ) -> None: ...
     @overload
     def __init__(
-        self: _Blocking[P, BlockingExtractionResults[Id]],
+        self: _Blocking[P, SyncExtractionResults[Id]],
         method: Callable[Concatenate[AsyncSearchClient, P], ExtractionResults[Id]],
     ) -> None: ...
 
@@ -204,17 +180,13 @@ class _Blocking(Generic[P, T]):
         ids = "job_ids" in inspect.signature(method).parameters  # read off the loop: _ids
         raw_method = getattr(method, "raw", method)  # an endpoint's (_client._Endpoint)
 
-        def call(facade: SearchClient | BlockingRawResponseClient, /, *a: Any, **k: Any) -> Any:
-            raw = isinstance(facade, BlockingRawResponseClient)
-            client = facade._client if isinstance(facade, BlockingRawResponseClient) else facade
+        def call(facade: Any, /, *a: Any, **k: Any) -> Any:
+            client: SearchClient = getattr(facade, "_client", facade)  # a raw client's
             if ids:
                 a, k = client._ids(*a, **k)
-            made = (raw_method if raw else method)(client._ready(), *a, **k)
-            if isinstance(made, SearchPager):  # search_pages, search_hits
-                return BlockingSearchPager(client, made)
-            if isinstance(made, ExtractionResults):  # iter_extractions
-                return BlockingExtractionResults(client, made)
-            return client._runner.run(made)
+            made = (method if client is facade else raw_method)(client._ready(), *a, **k)
+            walk = _WALKS.get(type(made))  # search_pages, search_hits, iter_extractions
+            return client._runner.run(made) if walk is None else walk(client, made)
 
         self.call = functools.update_wrapper(call, method)
         functools.update_wrapper(self, method)  # type: ignore[arg-type]  # for help()
@@ -225,7 +197,7 @@ class _Blocking(Generic[P, T]):
     def __get__(self, instance: SearchClient, owner: type[Any]) -> Callable[P, T]: ...
     @overload
     def __get__(
-        self, instance: BlockingRawResponseClient, owner: type[Any]
+        self, instance: SyncRawResponseClient, owner: type[Any]
     ) -> Callable[P, APIResponse[T]]: ...
 
     def __get__(self, instance: object, owner: type[Any]) -> Any:
@@ -240,14 +212,11 @@ def _parameters_of(
 
 
 class _Closing:
-    def close(self) -> None:
-        raise NotImplementedError
-
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self.close()  # type: ignore[attr-defined]
 
 
 class SearchClient(_Closing):
@@ -281,9 +250,6 @@ class SearchClient(_Closing):
         if self.is_closed:
             raise ClientClosedError("the client is closed")
         running = asyncio._get_running_loop()
-        if running is not None and running is (self._runner.running or (None,))[0]:
-            message = "a SearchClient called on its own loop thread would wait for itself"
-            raise EventLoopMismatchError(message)
         if running is not None and not self._warned:
             self._warned = True
             message = "a SearchClient call blocks this thread's running event loop: in async "
@@ -298,7 +264,7 @@ class SearchClient(_Closing):
     def _ids(self, job_ids: Iterable[Id] | AsyncIterable[Id], *args: Any, **kwargs: Any) -> Any:
         """A bulk call's arguments, its ``job_ids`` (not in memory) to be read off the loop."""
         if isinstance(job_ids, Iterable) and not isinstance(job_ids, _IN_MEMORY):
-            job_ids = _read_ids(job_ids, self._runner)
+            job_ids = _read_ids(iter(job_ids), self._runner)
         return (job_ids, *args), kwargs
 
     def close(self) -> None:
@@ -323,9 +289,9 @@ class SearchClient(_Closing):
         Takes what ``AsyncSearchClient.with_options`` takes; closing it leaves the pool open.
         """
         child = object.__new__(SearchClient)
-        child.__dict__.update(self.__dict__, _parent=self, _changes={**self._changes, **changes})
+        child.__dict__.update(self.__dict__, _parent=self, _changes=changes, _warned=False)
         child._base = self._ready()
-        child._async, child._warned = child._base.with_options(**changes), False
+        child._async = child._base.with_options(**changes)
         return child
 
     def __repr__(self) -> str:
@@ -334,13 +300,13 @@ class SearchClient(_Closing):
     def __del__(self) -> None:
         if getattr(self, "_parent", True) is None and not self.is_closed:
             self._runner.close(wait=False)  # on its own loop: never waited for here
-            if not sys.is_finalizing():
-                warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
+            message = f"unclosed SearchClient over {self._async!r}"
+            warnings.warn(message, ResourceWarning, stacklevel=2, source=self)
 
     @property
-    def with_raw_response(self) -> BlockingRawResponseClient:
+    def with_raw_response(self) -> SyncRawResponseClient:
         """The same endpoints, returning ``APIResponse`` with status, headers and attempts."""
-        return BlockingRawResponseClient(self)
+        return SyncRawResponseClient(self)
 
     search = _Blocking(AsyncSearchClient.search)
     get_extraction = _Blocking(AsyncSearchClient.get_extraction)
@@ -355,7 +321,7 @@ class SearchClient(_Closing):
     iter_extractions = _Blocking(AsyncSearchClient.iter_extractions)
 
 
-class BlockingRawResponseClient:
+class SyncRawResponseClient:
     """The endpoints of a ``SearchClient`` returning ``APIResponse`` (``client.with_raw_response``).
 
     Each method takes the arguments of the ``RawResponseClient`` method of the same name.
@@ -371,25 +337,18 @@ class BlockingRawResponseClient:
     get_webhook_log = SearchClient.get_webhook_log
 
 
-class _Walk(Protocol[Y_co]):
-    def __anext__(self) -> Awaitable[Y_co]: ...
-    async def aclose(self) -> None: ...
-
-
 class _BlockingIterator(_Closing, Generic[Y]):
     """An async iterator living on the client's loop, read from the caller's thread."""
 
-    def __init__(self, client: SearchClient, walk: _Walk[Y]) -> None:
-        self._client = client
-        self._walk = walk
+    def __init__(self, client: SearchClient, walk: SearchPager[Any] | ExtractionResults[Any]):
+        self._client, self._walk = client, walk
 
     def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> Y:
-        self._client._ready()
         try:
-            return self._client._runner.run(anext(self._walk))
+            return cast(Y, self._client._runner.run(self._walk.__anext__()))
         except StopAsyncIteration:
             raise StopIteration from None
 
@@ -399,7 +358,7 @@ class _BlockingIterator(_Closing, Generic[Y]):
             self._client._runner.run(self._walk.aclose())
 
 
-class BlockingSearchPager(_BlockingIterator[Y]):
+class SyncSearchPager(_BlockingIterator[Y]):
     """The iterator of ``SearchClient.search_pages`` (pages) and ``search_hits`` (hits).
 
     Also a context manager with ``close()``. Leaving it in any way (exhausted, ``close()``,
@@ -419,11 +378,12 @@ class BlockingSearchPager(_BlockingIterator[Y]):
         return self._walk.total
 
 
-class BlockingExtractionResults(_BlockingIterator[Result[JobId]]):
+class SyncExtractionResults(_BlockingIterator[Result[JobId]]):
     """The iterator of ``ExtractionResult`` from ``SearchClient.iter_extractions``.
 
     Also a context manager with ``close()``; leaving early in any way (a ``break`` that drops
     it too) cancels the requests in flight and sends no more.
     """
 
-    _walk: ExtractionResults[JobId]
+
+_WALKS: dict[type, Any] = {SearchPager: SyncSearchPager, ExtractionResults: SyncExtractionResults}
