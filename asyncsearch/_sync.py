@@ -249,8 +249,8 @@ class SearchClient(_Closing):
         """The ``AsyncSearchClient`` to run a call with, once this thread may wait for one."""
         if self.is_closed:
             raise ClientClosedError("the client is closed")
-        running = asyncio._get_running_loop()
-        if running is not None and not self._warned:
+        running = asyncio._get_running_loop()  # on this client's loop run() refuses the call
+        if running not in (None, (self._runner.running or (None,))[0]) and not self._warned:
             self._warned = True
             message = "a SearchClient call blocks this thread's running event loop: in async "
             warnings.warn(message + "code use AsyncSearchClient", RuntimeWarning, stacklevel=3)
