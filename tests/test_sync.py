@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import gc
 import inspect
+import itertools
 import os
 import signal
 import subprocess
@@ -408,23 +409,33 @@ def test_leaving_iter_extractions_early_leaves_nothing_on_the_loop(
 
 
 def test_close_ends_calls_in_flight_and_leaves_no_thread(served: EmulatorThread) -> None:
-    served.call(lambda: served.emu.faults.hold("extract"))
+    served.call(served.emu.faults.hold)
     client = served.client()
     failed: list[BaseException] = []
 
-    def fetch() -> None:
-        try:
-            client.gather_extractions(served.ids)
-        except BaseException as exc:
-            failed.append(exc)
+    def calling(call: Callable[[], object]) -> threading.Thread:
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:
+                failed.append(exc)
 
-    fetching = threading.Thread(target=fetch)
-    fetching.start()
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    endless = itertools.cycle(served.ids)  # read in a thread of its own, never exhausted
+    callers = [
+        calling(lambda: client.gather_extractions(endless)),
+        calling(lambda: client.search("x")),
+    ]
     served.run(served.emu.faults.wait_parked(1, "extract"))
+    served.run(served.emu.faults.wait_parked(1, "search"))
     client.close()
-    fetching.join(BOUND)
-    assert [type(exc) for exc in failed] == [ClientClosedError]
     assert sdk_threads() == []
+    for caller in callers:
+        caller.join(BOUND)
+    assert [type(exc) for exc in failed] == [ClientClosedError] * 2
     client.close()  # again: nothing
 
 
