@@ -772,7 +772,9 @@ class RateLimit:
     when none is left it waits its turn, first come first served. A wait that would end past
     the call's ``deadline`` is not begun (``APITimeoutError``); a wait cancelled takes nothing.
     The client and every client made by ``with_options`` share it. Its state, for a progress
-    bar or a metric: ``tokens`` and ``waiting``. Use it from one event loop only.
+    bar or a metric: ``tokens`` and ``waiting``. Use it from one event loop only: the client's
+    (a ``SearchClient``'s runs in a thread of its own; read ``tokens`` in ``on_progress`` or a
+    middleware, which run there).
 
     :raises ConfigurationError: for a ``per_second`` that is not a positive finite number, or a
         ``burst`` that is not an integer of at least 1.
