@@ -105,6 +105,7 @@ class _Runner:
             runner.run(self._main(stop))
 
     async def _main(self, stop: asyncio.Future[None]) -> None:
+        asyncio.current_task().set_name("asyncsearch.SearchClient.main")  # type: ignore[union-attr]
         try:
             await stop
         finally:

@@ -52,6 +52,8 @@ T = TypeVar("T")
 #: Bound on one wait of a test for the other side (scaled like every liveness bound).
 BOUND = 10.0 * TIME_SCALE
 LOOP_THREAD = "asyncsearch.SearchClient.loop"
+#: The task that keeps the client's loop running until close().
+MAIN_TASK = "asyncsearch.SearchClient.main"
 
 
 class EmulatorThread:
@@ -107,7 +109,9 @@ def left_on_loop(client: SearchClient) -> list[str]:
         tasks = [
             task
             for task in asyncio.all_tasks()
-            if task is not current and task.get_name().startswith(SDK_TASK_PREFIX)
+            if task is not current
+            and task.get_name().startswith(SDK_TASK_PREFIX)
+            and task.get_name() != MAIN_TASK
         ]
         if tasks:  # cancelled ones get the turns they need to end; held ones do not end
             await asyncio.wait(tasks, timeout=1.0 * TIME_SCALE)
@@ -508,7 +512,7 @@ except KeyboardInterrupt:
 async def left():
     here = asyncio.current_task()
     names = [t.get_name() for t in asyncio.all_tasks() if t is not here]
-    return [name for name in names if name.startswith("asyncsearch")]
+    return [name for name in names if name.startswith("asyncsearch.") and "main" not in name]
 
 print(client._runner.run(left()) == [])
 print(len(client._ready()._shared.transport._session.connector._acquired) == 0)
