@@ -9,8 +9,8 @@ How a call crosses threads: ``loop.call_soon_threadsafe`` starts it as a task na
 as ``asyncio.run_coroutine_threadsafe`` does, plus the task's name and its cancellation on
 Ctrl-C. The loop's handle copies the caller's ``contextvars``, so the task runs in them (a span
 active in the caller's thread parents the call's). anyio's ``BlockingPortal`` does the same
-through a task group of its own at 2-3x the cost per call (``benchmarks.sync``: a trivial call
-took 36 µs this way and 100-140 µs through the portal), so it is not used.
+through a task group of its own at 2.4-3x the cost per call (``benchmarks.sync``: a trivial
+call takes 27-32 µs this way, 77-95 µs through the portal, on a 2-core Xeon), so it is not used.
 """
 
 from __future__ import annotations
