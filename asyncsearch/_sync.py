@@ -231,6 +231,15 @@ class SearchClient(_Closing):
     (``on_progress``), a key provider and middlewares run on the client's loop thread
     (``asyncsearch.SearchClient.loop``): they must not block.
 
+    Its methods, each the ``AsyncSearchClient`` method of the same name with its parameters:
+    ``search`` (a ``SearchPage``), ``get_extraction`` and ``wait_for_extraction`` (an
+    ``ExtractionJob``), ``link_preview``, ``list_webhook_logs``, ``get_webhook_log``,
+    ``gather_extractions`` (a list of ``ExtractionResult``), ``search_pages`` and
+    ``search_hits`` (a ``SyncSearchPager``), ``iter_extractions`` (a ``SyncExtractionResults``);
+    ``with_raw_response`` (a ``SyncRawResponseClient``), ``with_options``, ``close``. Ids of a
+    bulk call that are not a list, tuple, set or range are read lazily in a thread of their own
+    (``asyncsearch.SearchClient.ids``), never on the loop thread.
+
     Raises:
         ConfigurationError: for a missing key or URL, invalid options, and for ``session``: an
             aiohttp session belongs to an event loop the caller runs, not to this client's.
