@@ -47,8 +47,6 @@ _IN_MEMORY = (list, tuple, range, set, frozenset, str, bytes, bytearray, memoryv
 #: The parent's loops and clients, in a forked child: kept there, never closed nor collected.
 _forsaken: list[object] = []
 _runners: weakref.WeakSet[_Runner] = weakref.WeakSet()
-#: A runner's loop, its thread and the future that stops it, from its first call on.
-_Running = tuple[asyncio.AbstractEventLoop, threading.Thread, "asyncio.Future[None]"]
 
 
 def _forked() -> None:
@@ -68,7 +66,7 @@ class _Runner:
         self.make = functools.partial(AsyncSearchClient, *args, **kwargs)
         self.client = self.make()  # raises in the caller's thread
         self.lock, self.closed = threading.Lock(), False
-        self.running: _Running | None = None
+        self.running: tuple[Any, ...] | None = None  # the loop, its thread, the stop future
         self.readers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         _runners.add(self)
 
@@ -111,15 +109,15 @@ class _Runner:
         finally:
             await self.client.aclose()
 
-    def close(self, timeout: float | None = None, *, wait: bool = True) -> None:
-        """Close the client on its loop, cancel what is left there, end the threads."""
+    def close(self, *, wait: bool = True) -> None:
+        """Close the client on its loop, cancel what is left there, end the threads (a reader
+        of ids still inside the caller's iterable after a second ends when that returns)."""
         with self.lock:
             closed, self.closed, running = self.closed, True, self.running
         if not closed and running is not None:
-            loop, thread, stop = running
-            loop.call_soon_threadsafe(stop.set_result, None)
-            for started in [thread, *self.readers] if wait else ():
-                started.join(timeout)
+            running[0].call_soon_threadsafe(running[2].set_result, None)  # loop, stop: see run()
+            for started in [running[1], *self.readers] if wait else ():
+                started.join(None if started is running[1] else 1.0)
 
 
 def _start(call: Coroutine[Any, Any, Any], future: futures.Future[Any]) -> None:
@@ -250,8 +248,8 @@ class SearchClient(_Closing):
         self._closed = self._warned = False
         if kwargs.get("session") is not None:
             raise ConfigurationError("SearchClient runs its own event loop: it takes no session=")
-        self._runner = runner = _Runner(args, kwargs)
-        self._async = self._base = runner.client
+        self._runner = _Runner(args, kwargs)
+        self._async = self._base = self._runner.client  # a copy's own (with_options, _inner)
         self._changes: OptionChanges = {}
         self._parent: SearchClient | None = None
 
@@ -264,9 +262,13 @@ class SearchClient(_Closing):
             self._warned = True
             message = "a SearchClient call blocks this thread's running event loop: in async "
             warnings.warn(message + "code use AsyncSearchClient", RuntimeWarning, stacklevel=3)
+        return self._inner()
+
+    def _inner(self) -> AsyncSearchClient:
+        """This client's ``AsyncSearchClient``: a copy's is made again after ``os.fork()``."""
         if self._parent is None:
             return self._runner.client
-        base = self._parent._ready()
+        base = self._parent._inner()
         if base is not self._base:  # the parent's was made again, in a forked child
             self._async, self._base = base.with_options(**self._changes), base
         return self._async
@@ -301,16 +303,16 @@ class SearchClient(_Closing):
         child = object.__new__(SearchClient)
         child.__dict__.update(self.__dict__, _parent=self, _changes=changes, _warned=False)
         child._base = self._ready()
-        child._async = child._base.with_options(**changes)
+        child._async = child._base.with_options(**changes)  # checks them now
         return child
 
     def __repr__(self) -> str:
-        return f"<SearchClient {'closed' if self.is_closed else 'open'}, over {self._async!r}>"
+        return f"<SearchClient {'closed' if self.is_closed else 'open'}, over {self._inner()!r}>"
 
     def __del__(self) -> None:
         if getattr(self, "_parent", True) is None and not self.is_closed:
             self._runner.close(wait=False)  # on its own loop: never waited for here
-            message = f"unclosed SearchClient over {self._async!r}"
+            message = f"unclosed SearchClient over {self._inner()!r}"
             warnings.warn(message, ResourceWarning, stacklevel=2, source=self)
 
     @property

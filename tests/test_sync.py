@@ -240,14 +240,16 @@ def test_a_copy_by_with_options_shares_the_pool_and_closes_alone(served: Emulato
 
     with served.client() as client:
         copy = client.with_options(headers={"X-Copy": "1"}, middlewares=[record])
+        copy_of_copy = copy.with_options(max_retries=0)
         assert copy.search("x").total is not None
         copy.close()
+        assert copy_of_copy.search("x").total is not None  # as AsyncSearchClient's copies
         assert copy.is_closed
         with pytest.raises(ClientClosedError):
             copy.search("x")
         assert client.search("x").total is not None  # the pool is still open
         assert client._runner is copy._runner
-    assert sent == ["1"]
+    assert sent == ["1", "1"]
     assert copy.is_closed
 
 
