@@ -430,18 +430,26 @@ def test_close_ends_calls_in_flight_and_leaves_no_thread(served: EmulatorThread)
         thread.start()
         return thread
 
+    inside = threading.Event()
+
+    async def stuck(request: Any, handler: Any) -> Any:  # closing the pool does not end it
+        inside.set()
+        await asyncio.Event().wait()
+
     endless = itertools.cycle(served.ids)  # read in a thread of its own, never exhausted
     callers = [
         calling(lambda: client.gather_extractions(endless)),
         calling(lambda: client.search("x")),
+        calling(lambda: client.get_extraction(served.ids[0], middlewares=[stuck])),
     ]
     served.run(served.emu.faults.wait_parked(1, "extract"))
     served.run(served.emu.faults.wait_parked(1, "search"))
-    client.close()
+    assert inside.wait(BOUND)
+    client.close()  # what is still running then is cancelled: ClientClosedError all the same
     assert sdk_threads() == []
     for caller in callers:
         caller.join(BOUND)
-    assert [type(exc) for exc in failed] == [ClientClosedError] * 2
+    assert [type(exc) for exc in failed] == [ClientClosedError] * 3
     client.close()  # again: nothing
 
 
