@@ -65,6 +65,7 @@ from ._models import (
 )
 from ._paging import SearchPager
 from ._protocol import SearchParams, image_data_url
+from ._sync import SearchClient, SyncExtractionResults, SyncRawResponseClient, SyncSearchPager
 from ._version import __version__
 
 __all__ = [
@@ -109,6 +110,7 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "SearchCallParams",
+    "SearchClient",
     "SearchFilters",
     "SearchHit",
     "SearchOptions",
@@ -117,6 +119,9 @@ __all__ = [
     "SearchParams",
     "SearchQuery",
     "Sort",
+    "SyncExtractionResults",
+    "SyncRawResponseClient",
+    "SyncSearchPager",
     "Timeout",
     "UnprocessableEntityError",
     "WaitTimeoutError",

@@ -803,7 +803,9 @@ class RateLimit:
     a token taken for a request that is then not sent is given back.
 
     The client and every client made by ``with_options`` share it. Its state, for a progress bar
-    or a metric: ``tokens`` and ``waiting``. It belongs to one event loop.
+    or a metric: ``tokens`` and ``waiting``. It belongs to one event loop: the client's (a
+    ``SearchClient``'s runs in a thread of its own; read ``tokens`` in ``on_progress`` or a
+    middleware, which run there).
 
     Args:
         per_second: The tokens gained per second: the sustained rate of requests.

@@ -38,6 +38,7 @@ from asyncsearch import (
     AsyncSearchClient,
     NotFoundError,
     ResponseValidationError,
+    SearchClient,
     Timeout,
     _call,
 )
@@ -46,7 +47,7 @@ from asyncsearch._tracing import CallSpan, Tracing, error_type, redact_query
 
 from .conftest import API_KEY, JOB_ID, LOG_ID, Handler, Server
 from .faults_helpers import Conn, RawRequest, raw_server, stall
-from .helpers import TIME_SCALE
+from .helpers import TIME_SCALE, ThreadedServer
 from .test_call_options import ANSWERS, _kind
 
 Serve = Callable[[Handler], Awaitable[Server]]
@@ -583,6 +584,29 @@ async def test_a_call_span_is_a_child_of_the_callers_span(
         "asyncsearch.gather_extractions",
     ]
     assert outer.get_span_context().trace_id == ended[0].context.trace_id
+
+
+def test_a_blocking_call_span_is_a_child_of_the_span_in_the_callers_thread(
+    spans: Callable[[], list[ReadableSpan]],
+) -> None:
+    # Issue 46: a view of a threaded web app (Django, Flask) calls the SearchClient, whose calls
+    # run on its own loop thread: the view's span still parents them.
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", service())
+    tracer = trace.get_tracer("the-application")
+    with ThreadedServer(app) as server, SearchClient(API_KEY, base_url=server.base_url) as client:
+        with tracer.start_as_current_span("handle-request"):
+            client.get_extraction(JOB_ID)
+            client.gather_extractions(IDS[:2])
+        client.search(QUERY)  # outside the view: a span of its own
+    ended = spans()
+    (mine,) = [span for span in ended if span.name == "handle-request"]
+    assert [s.name for s in _children(ended, mine)] == [
+        "asyncsearch.get_extraction",
+        "asyncsearch.gather_extractions",
+    ]
+    (alone,) = [span for span in ended if span.name == "asyncsearch.search"]
+    assert alone.parent is None
 
 
 _WITHOUT_OTEL = """

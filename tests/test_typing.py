@@ -30,6 +30,8 @@ from asyncsearch.models import Embeddings
 
 from asyncsearch import (
     AsyncSearchClient,
+    SearchClient,
+    SyncSearchPager,
     ExtractionFailure,
     ExtractionJob,
     ExtractionResult,
@@ -173,10 +175,38 @@ async def retry_deadline_middlewares(client: AsyncSearchClient) -> None:
     page = await patient.search("q", retry=RetryPolicy(), deadline=2.5, middlewares=(tag,))
     assert_type(page, SearchPage)
     await client.gather_extractions(["id"], deadline=None, middlewares=[tag])
+
+
+def blocking(client: SearchClient, ids: list[str]) -> None:
+    # Issue 46: the blocking twin, with the async methods' own parameters and blocking types.
+    assert_type(client.search("q", page_size=2, timeout=5), SearchPage)
+    assert_type(client.get_extraction("id", format="markdown"), ExtractionJob)
+    assert_type(client.link_preview("https://example.com", type="cache"), LinkPreview)
+    assert_type(client.list_webhook_logs("id"), list[WebhookLogSummary])
+    assert_type(client.with_raw_response.search("q"), APIResponse[SearchPage])
+    assert_type(client.with_raw_response.get_webhook_log("j", "l"), APIResponse[WebhookLog])
+    assert_type(client.gather_extractions(ids, concurrency=4)[0].job_id, str)
+    with client.iter_extractions(ids, ordered=True, max_retries=1) as results:
+        for result in results:
+            assert_type(result.job_id, str)
+    with client.search_hits("q", max_items=5, embeddings=False) as hits:
+        for hit in hits:
+            assert_type(hit, SearchHit)
+        assert_type(hits.next_page, int | None)
+        assert_type(hits, SyncSearchPager[SearchHit])
+    for page in client.search_pages("q", max_pages=2, extra_body={"x": 1}):
+        assert_type(page, SearchPage)
+    assert_type(client.wait_for_extraction("id", max_wait=60), ExtractionJob)
+    assert_type(client.with_options(max_retries=0), SearchClient)
+
+
+def make_blocking() -> None:
+    with SearchClient("key", base_url="https://x", timeout=5, retry=RetryPolicy()) as client:
+        assert_type(client.is_closed, bool)
 """
 
 BAD = """
-from asyncsearch import AsyncSearchClient, ExtractionResult, SearchPage
+from asyncsearch import AsyncSearchClient, ExtractionResult, SearchClient, SearchPage
 
 
 def no_narrowing(result: ExtractionResult) -> str:
@@ -197,6 +227,17 @@ async def typos(client: AsyncSearchClient) -> None:
     page: SearchPage = (await client.with_raw_response.search("q")).hits
     await client.search("q", deadline="5")
     await client.get_extraction("id", retry=3)
+
+
+def blocking_typos(client: SearchClient) -> None:
+    client.get_extraction("id", format="markdwon")
+    client.search("q", pagesize=10)
+    client.with_raw_response.search("q", pagesize=10)
+    page: SearchPage = client.with_raw_response.search("q").hits
+    client.gather_extractions(["id"], max_retries="1")
+    client.search_pages("q", page=2)
+    SearchClient("k", base_ur="https://x")
+    hit_count: int = client.search_hits("q").total
 """
 
 
@@ -239,7 +280,7 @@ def test_typos_in_closed_sets_and_argument_names_fail_type_checking(tmp_path: Pa
 
 
 #: The lines of BAD that hold a mistake.
-BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
+BAD_LINES = [6, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 26, 27, 28, 29, 30, 31, 32, 33]
 
 
 def _pyright(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
