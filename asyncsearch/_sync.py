@@ -298,7 +298,17 @@ class SearchClient(_Closing):
     def with_options(self, **changes: Unpack[OptionChanges]) -> SearchClient:
         """A client with some options changed, sharing this one's pool, loop and retry budget.
 
-        Takes what ``AsyncSearchClient.with_options`` takes; closing it leaves the pool open.
+        Closing it leaves the pool open.
+
+        Args:
+            **changes: What ``AsyncSearchClient.with_options`` takes (``OptionChanges``).
+
+        Returns:
+            A new client; this one is unchanged.
+
+        Raises:
+            ClientClosedError: This client is closed.
+            ConfigurationError: An option that is not valid, or one of the pool's.
         """
         child = object.__new__(SearchClient)
         child.__dict__.update(self.__dict__, _parent=self, _changes=changes, _warned=False)
@@ -337,6 +347,9 @@ class SyncRawResponseClient:
     """The endpoints of a ``SearchClient`` returning ``APIResponse`` (``client.with_raw_response``).
 
     Each method takes the arguments of the ``RawResponseClient`` method of the same name.
+
+    Args:
+        client: The client whose loop runs the calls (made by ``client.with_raw_response``).
     """
 
     def __init__(self, client: SearchClient) -> None:
@@ -375,6 +388,10 @@ class SyncSearchPager(_BlockingIterator[Y]):
 
     Also a context manager with ``close()``. Leaving it in any way (exhausted, ``close()``,
     ``with``, an exception, a ``break`` that drops it) cancels a pending prefetch on the loop.
+
+    Args:
+        client: The client whose loop runs the walk (made by its ``search_pages``).
+        walk: The walk, a ``SearchPager`` on that loop.
     """
 
     _walk: SearchPager[Y]
@@ -395,6 +412,10 @@ class SyncExtractionResults(_BlockingIterator[Result[JobId]]):
 
     Also a context manager with ``close()``; leaving early in any way (a ``break`` that drops
     it too) cancels the requests in flight and sends no more.
+
+    Args:
+        client: The client whose loop runs the calls (made by its ``iter_extractions``).
+        walk: The results, an ``ExtractionResults`` on that loop.
     """
 
 

@@ -24,6 +24,9 @@ reference through it:
   package, never by a caller: no constructor is shown.
 - An attribute set in ``__init__`` (only there) shows no value: its value is code
   (``check_positive(...)``), not a constant.
+- A function decorated ``@_parameters_of(other)`` (``SearchClient.__init__``, which takes
+  ``AsyncSearchClient``'s arguments) is shown with ``other``'s parameters, and its class's
+  docstring gets the ``Args:`` section of ``other``'s class.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ _ENDPOINT = "_Endpoint"
 _PREPARED = "_Prepared"
 _NOT_GIVEN_TYPE = "NotGiven"
 _NOT_GIVEN = "NOT_GIVEN"
+_PARAMETERS_OF = "_parameters_of"
 
 
 def public_paths(package: griffe.Module) -> set[str]:
@@ -85,6 +89,7 @@ class PublicAPI(griffe.Extension):
         public = public_paths(pkg)
         for obj in _walk(pkg):
             if obj.is_function:
+                _parameters_from(obj)  # type: ignore[arg-type]
                 _show_endpoint(obj)  # type: ignore[arg-type]
                 _hide_not_given(obj)  # type: ignore[arg-type]
                 _expand_private_kwargs(obj, public)  # type: ignore[arg-type]
@@ -190,6 +195,33 @@ def _without_section(lines: list[str], title: str) -> list[str]:
         if not skipping:
             kept.append(line)
     return kept
+
+
+def _parameters_from(function: griffe.Function) -> None:
+    """``@_parameters_of(other) def f(*args, **kwargs)``: ``other``'s parameters, and the Args
+    section of ``other``'s class in ``f``'s class's docstring (where ``__init__``'s are read)."""
+    for decorator in function.decorators:
+        call = decorator.value
+        if not (isinstance(call, griffe.ExprCall) and str(call.function) == _PARAMETERS_OF):
+            continue
+        donor = function.modules_collection.get_member(call.arguments[0].canonical_path)  # type: ignore[union-attr]
+        function.parameters = copy.deepcopy(donor.parameters)
+        owner, source = function.parent, donor.parent
+        if owner is None or owner.docstring is None or source is None or source.docstring is None:
+            return
+        lines = source.docstring.value.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), None)
+        if start is not None:
+            end = next(
+                (
+                    i
+                    for i in range(start + 1, len(lines))
+                    if lines[i].strip() and not lines[i].startswith(" ")
+                ),
+                len(lines),
+            )
+            text = "\n".join([owner.docstring.value, "", *lines[start:end]])
+            owner.docstring = griffe.Docstring(text, parent=owner, parser=owner.docstring.parser)
 
 
 def _hide_not_given(function: griffe.Function) -> None:
