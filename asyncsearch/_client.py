@@ -513,19 +513,12 @@ class AsyncSearchClient(AsyncClosing):
             if not api_key:
                 raise ConfigurationError(f"api_key is missing: pass api_key= or set {ENV_API_KEY}")
         base_url = os.environ.get(ENV_BASE_URL) if base_url is None else base_url
-        check_number("max_connections", max_connections, minimum=1, error=ConfigurationError)
-        if not isinstance(trust_env, bool):
-            raise ConfigurationError("trust_env must be a bool")
-        if not isinstance(retry_budget, RetryBudget | NotGiven | None):
-            raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
-        if not isinstance(rate_limit, RateLimit | None):
-            raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
         given = locals()  # the options of OptionChanges, by their names
-        transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
+        pool = (session, max_connections, trust_env, proxy, proxy_auth, retry_budget, rate_limit)
+        self._shared = _shared(*pool)
         values = {name: given[name] for name in OPTION_NAMES}
-        options = Options.make(values, user_agent=USER_AGENT, proxy_secrets=transport.secrets)
-        budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
-        self._shared = Shared(transport, budget, rate_limit)
+        secrets = self._shared.transport.secrets
+        options = Options.make(values, user_agent=USER_AGENT, proxy_secrets=secrets)
         self._options = self._sendable(options, ConfigurationError)
         self._owns_transport = True
         self._closed = False
@@ -543,8 +536,7 @@ class AsyncSearchClient(AsyncClosing):
         must run in the event loop the client was first used in (the pool's connections belong
         to it): from another one it raises ``ClientClosedError`` and closes nothing.
         """
-        if self._owns_transport:
-            # Raises ClientClosedError, closing nothing, from another event loop.
+        if self._owns_transport:  # from another event loop: ClientClosedError, nothing closed
             await self._shared.transport.aclose()
         self._closed = True
 
@@ -560,20 +552,18 @@ class AsyncSearchClient(AsyncClosing):
     def with_options(self, **changes: Unpack[OptionChanges]) -> AsyncSearchClient:
         """A client with some options changed that shares this one's pool and retry budget.
 
-        Takes the options of ``AsyncSearchClient`` but those of the pool (``max_connections``,
+        Takes the options of ``AsyncSearchClient`` but the pool's (``max_connections``,
         ``session``, ``trust_env``, ``proxy``, ``proxy_auth``, ``retry_budget``, ``rate_limit``).
-        ``base_id=None`` clears the base and ``timeout=None`` turns time limits off; an option
-        not given keeps its value.
-        ``headers`` are merged into the client's (a name in any case replaces the header of that
-        name, a value of ``None`` removes it); ``headers=None`` removes them all.
-        Closing the returned client does not close the shared pool.
+        ``base_id=None`` clears the base, ``timeout=None`` turns time limits off, an option not
+        given keeps its value; ``headers`` merge into the client's (a name in any case replaces
+        that header, ``None`` removes it; ``headers=None`` removes them all).
 
         Args:
             **changes: The options to change (``OptionChanges``), as ``AsyncSearchClient``
                 takes them.
 
         Returns:
-            A new client; this one is unchanged.
+            A new client (closing it does not close the shared pool); this one is unchanged.
 
         Raises:
             ClientClosedError: This client is closed.
@@ -587,12 +577,9 @@ class AsyncSearchClient(AsyncClosing):
         return child
 
     def __repr__(self) -> str:
-        opts = self._options
-        state = "closed" if self.is_closed else "open"
-        return (
-            f"<AsyncSearchClient base_url={opts.base_url!r} base_id={opts.base_id!r} "
-            f"max_retries={opts.retry.max_retries} {state}>"
-        )
+        opts, state = self._options, "closed" if self.is_closed else "open"
+        base = f"base_url={opts.base_url!r} base_id={opts.base_id!r}"
+        return f"<AsyncSearchClient {base} max_retries={opts.retry.max_retries} {state}>"
 
     # -- the request loop --------------------------------------------------------------------
 
@@ -624,14 +611,6 @@ class AsyncSearchClient(AsyncClosing):
     def with_raw_response(self) -> RawResponseClient:
         """The same endpoints, returning ``APIResponse`` with status, headers and attempts."""
         return RawResponseClient(self)
-
-    def _check_page(self, name: str, page: object) -> None:
-        # The spec fixes no bound for page; the client knows only where numbering starts.
-        first = self._options.first_page
-        if isinstance(page, int) and not isinstance(page, bool) and page < first:
-            raise InvalidRequestError(
-                f"{name} must be >= {first}, the client's first_page, got {page}"
-            )
 
     @_Endpoint
     def search(
@@ -666,7 +645,7 @@ class AsyncSearchClient(AsyncClosing):
         """
         options, search = _split(params)
         page = search.get("page")
-        self._check_page("page", page)
+        _check_page(self, "page", page)
         request = protocol.search(text, **search)
         if not embeddings:
             request = protocol.without_embeddings(request)
@@ -787,7 +766,7 @@ class AsyncSearchClient(AsyncClosing):
         Raises:
             InvalidRequestError: An argument that is not valid (before anything is sent).
         """
-        return self._pager("search_pages", text, None, params)
+        return _search_pager(self, "search_pages", text, None, params)
 
     def search_hits(
         self,
@@ -824,46 +803,7 @@ class AsyncSearchClient(AsyncClosing):
         Raises:
             InvalidRequestError: An argument that is not valid (before anything is sent).
         """
-        return self._pager("search_hits", text, max_items, params)
-
-    def _pager(
-        self, function: str, text: str | None, max_items: int | None, walk: SearchPagesParams
-    ) -> SearchPager[Any]:
-        start_page = walk.pop("start_page", None)
-        max_pages = walk.pop("max_pages", None)
-        prefetch = walk.pop("prefetch", True)
-        dedupe = walk.pop("dedupe", False)
-        embeddings = walk.pop("embeddings", True)
-        options, params = _split(walk)
-        # Validates every argument now, so a bad one fails at the call, not at the first page.
-        call = self._call(function, options, SEARCH_OPTIONS)
-        protocol.check_search_params(function, params, page=False)
-        self._check_page("start_page", start_page)
-        first = self._options.first_page if start_page is None else start_page
-        if call.body is not None and "pagination" in call.body:
-            raise InvalidRequestError(
-                f"extra_body cannot set pagination on {function}(): the pager numbers the pages "
-                "itself (pass page_size= and start_page=)"
-            )
-
-        def page_request(number: int) -> Request[SearchPage]:
-            request = protocol.search(text, **params, page=number)
-            return call.apply(request if embeddings else protocol.without_embeddings(request))
-
-        page_request(first)  # the merged body passes the checks of the arguments
-        tracer = self._options.tracer
-        content = tracer.content and text is not None
-        return SearchPager(
-            page_request,
-            functools.partial(self._send, call),
-            items=function == "search_hits",
-            start_page=first,
-            max_pages=max_pages,
-            max_items=max_items,
-            prefetch=prefetch,
-            dedupe=dedupe,
-            span=LazySpan(tracer, function, {"asyncsearch.search.text": text} if content else None),
-        )
+        return _search_pager(self, "search_hits", text, max_items, params)
 
     # -- bulk extraction results -------------------------------------------------------------
 
@@ -902,7 +842,7 @@ class AsyncSearchClient(AsyncClosing):
                 ``bytes`` or ``uuid.UUID`` instead of an iterable of them).
         """
         fan = {"ordered": ordered, "on_progress": on_progress}
-        return self._bulk("iter_extractions", job_ids, concurrency, format, options, **fan)
+        return _bulk_results(self, "iter_extractions", job_ids, concurrency, format, options, **fan)
 
     async def gather_extractions(
         self,
@@ -937,66 +877,10 @@ class AsyncSearchClient(AsyncClosing):
         # each result put at its index by the fan-out itself: the whole list is kept anyway, so
         # nothing is gained by waking this task once per result as iter_extractions must.
         fan = {"ordered": False, "on_progress": on_progress}
-        results = self._bulk("gather_extractions", job_ids, concurrency, format, options, **fan)
+        results = _bulk_results(
+            self, "gather_extractions", job_ids, concurrency, format, options, **fan
+        )
         return await results._gather()
-
-    def _bulk(
-        self,
-        name: str,
-        job_ids: Iterable[Id] | AsyncIterable[Id],
-        concurrency: int,
-        format: ExtractionFormat | None,
-        options: Mapping[str, Any],
-        **fan: Any,
-    ) -> ExtractionResults[Id]:
-        """The results of a bulk call: ``get_extraction`` of every id, under one span; ``fan``:
-        ``ordered`` and ``on_progress``, as ``limited_fan_out`` takes them."""
-        check_items(job_ids, "job_ids")
-        call = self._call(name, options)
-        protocol.check_extraction_format(format)
-        check_number("concurrency", concurrency, minimum=1)
-        # The one gate of each request, counting calls in flight: more than the pool has
-        # connections would only queue for the pool (each attempt takes one, inside it).
-        pool_size = self._shared.transport.pool_size
-        pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
-        # The error that stops the call (_stops_bulk): every id would get the same, so once one
-        # comes, nothing more is sent and every id not sent yet gets the error too.
-        refused: list[AsyncSearchError] = []
-        span = LazySpan(self._options.tracer, name)
-        counts = span.totals  # set on the call's span when it ends
-        counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
-
-        async def fetch(job_id: Id) -> ExtractionResult[Id]:
-            counts["asyncsearch.bulk.ids"] += 1
-            error: AsyncSearchError
-            if refused:
-                error = _not_sent(refused[0])
-            else:
-                try:
-                    request = call.apply(protocol.get_extraction(job_id, format=format))
-                    with span.child("get_extraction", request) as child:
-                        self._check_open()
-                        response = await send(self._shared, call, request, child, pressure)
-                        child.answered(response)
-                        return ExtractionSuccess(job_id=job_id, job=response.parse())
-                except ClientClosedError:
-                    raise  # ends the whole call (stop_on below): no error per id left
-                except AsyncSearchError as exc:
-                    if self.is_closed:  # closed while this request was in flight
-                        raise ClientClosedError(
-                            "the client was closed during the bulk call"
-                        ) from exc
-                    if _stops_bulk(exc):
-                        refused.append(exc)
-                    error = exc
-                except Exception as exc:  # a middleware's own error: this id's, as its cause
-                    error = AsyncSearchError(f"a middleware raised {type(exc).__name__}: {exc}")
-                    error.__cause__ = exc
-            counts["asyncsearch.bulk.failed"] += 1
-            return ExtractionFailure(job_id=job_id, error=error)
-
-        outcomes = limited_fan_out(fetch, job_ids, pressure, stop_on=ClientClosedError, **fan)
-        return ExtractionResults(outcomes, span)
 
     async def wait_for_extraction(
         self,
@@ -1040,36 +924,177 @@ class AsyncSearchClient(AsyncClosing):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidRequestError(f"{name} must be a positive number, got {value!r}")
         call = self._call("wait_for_extraction", options)
-        request = call.apply(protocol.get_extraction(job_id))
-        done = _done_when(until, in_progress)
-        span = LazySpan(self._options.tracer, "wait_for_extraction")
-        last: ExtractionJob | None = None
-        attempts = 0
-        delay = float(interval)
-        try:
-            with anyio.move_on_after(max_wait):
-                while True:
-                    with span.child("get_extraction", request) as child:
-                        response = await self._send(call, request, child)
-                        child.answered(response)
-                        last = response.parse()
-                    attempts += response.attempts
-                    if done(last):
-                        if last.state is not None:
-                            span.set("asyncsearch.job.state", last.state)
-                        span.end()
-                        return last
-                    await _call._sleep(delay * (0.8 + 0.4 * self._shared.random.random()))
-                    delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
-            # Only max_wait's cancellation ends the loop without a return.
-            state = last.state if last is not None else None
-            message = (
-                f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})"
-            )
-            raise WaitTimeoutError(message, job=last, attempts=attempts)
-        except BaseException as exc:
-            span.end(exc)
-            raise
+        return await _polled(self, call, job_id, _done_when(until, in_progress), interval, max_wait)
+
+
+async def _polled(
+    client: AsyncSearchClient,
+    call: Options,
+    job_id: str | uuid.UUID,
+    done: Callable[[ExtractionJob], bool],
+    interval: float,
+    max_wait: float,
+) -> ExtractionJob:
+    """``wait_for_extraction``'s polls of ``job_id`` under ``call``'s options, until ``done``."""
+    request = call.apply(protocol.get_extraction(job_id))
+    span = LazySpan(client._options.tracer, "wait_for_extraction")
+    last: ExtractionJob | None = None
+    attempts = 0
+    delay = float(interval)
+    try:
+        with anyio.move_on_after(max_wait):
+            while True:
+                with span.child("get_extraction", request) as child:
+                    response = await client._send(call, request, child)
+                    child.answered(response)
+                    last = response.parse()
+                attempts += response.attempts
+                if done(last):
+                    if last.state is not None:
+                        span.set("asyncsearch.job.state", last.state)
+                    span.end()
+                    return last
+                await _call._sleep(delay * (0.8 + 0.4 * client._shared.random.random()))
+                delay = min(delay * 1.5, WAIT_INTERVAL_CAP)
+        # Only max_wait's cancellation ends the loop without a return.
+        state = last.state if last is not None else None
+        message = (
+            f"extraction job {job_id} was not done after {max_wait:g}s (last state: {state!r})"
+        )
+        raise WaitTimeoutError(message, job=last, attempts=attempts)
+    except BaseException as exc:
+        span.end(exc)
+        raise
+
+
+def _shared(
+    session: aiohttp.ClientSession | None,
+    max_connections: int,
+    trust_env: bool,
+    proxy: str | yarl.URL | None,
+    proxy_auth: aiohttp.BasicAuth | None,
+    retry_budget: RetryBudget | NotGiven | None,
+    rate_limit: RateLimit | None,
+) -> Shared:
+    """The pool of a new client, its options checked: the transport, retry budget, rate limit."""
+    check_number("max_connections", max_connections, minimum=1, error=ConfigurationError)
+    if not isinstance(trust_env, bool):
+        raise ConfigurationError("trust_env must be a bool")
+    if not isinstance(retry_budget, RetryBudget | NotGiven | None):
+        raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
+    if not isinstance(rate_limit, RateLimit | None):
+        raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
+    transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
+    budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
+    return Shared(transport, budget, rate_limit)
+
+
+def _check_page(client: AsyncSearchClient, name: str, page: object) -> None:
+    # The spec fixes no bound for page; the client knows only where numbering starts.
+    first = client._options.first_page
+    if isinstance(page, int) and not isinstance(page, bool) and page < first:
+        raise InvalidRequestError(f"{name} must be >= {first}, the client's first_page, got {page}")
+
+
+def _search_pager(
+    client: AsyncSearchClient,
+    function: str,
+    text: str | None,
+    max_items: int | None,
+    walk: SearchPagesParams,
+) -> SearchPager[Any]:
+    start_page = walk.pop("start_page", None)
+    max_pages = walk.pop("max_pages", None)
+    prefetch = walk.pop("prefetch", True)
+    dedupe = walk.pop("dedupe", False)
+    embeddings = walk.pop("embeddings", True)
+    options, params = _split(walk)
+    # Validates every argument now, so a bad one fails at the call, not at the first page.
+    call = client._call(function, options, SEARCH_OPTIONS)
+    protocol.check_search_params(function, params, page=False)
+    _check_page(client, "start_page", start_page)
+    first = client._options.first_page if start_page is None else start_page
+    if call.body is not None and "pagination" in call.body:
+        raise InvalidRequestError(
+            f"extra_body cannot set pagination on {function}(): the pager numbers the pages "
+            "itself (pass page_size= and start_page=)"
+        )
+
+    def page_request(number: int) -> Request[SearchPage]:
+        request = protocol.search(text, **params, page=number)
+        return call.apply(request if embeddings else protocol.without_embeddings(request))
+
+    page_request(first)  # the merged body passes the checks of the arguments
+    tracer = client._options.tracer
+    content = tracer.content and text is not None
+    return SearchPager(
+        page_request,
+        functools.partial(client._send, call),
+        items=function == "search_hits",
+        start_page=first,
+        max_pages=max_pages,
+        max_items=max_items,
+        prefetch=prefetch,
+        dedupe=dedupe,
+        span=LazySpan(tracer, function, {"asyncsearch.search.text": text} if content else None),
+    )
+
+
+def _bulk_results(
+    client: AsyncSearchClient,
+    name: str,
+    job_ids: Iterable[Id] | AsyncIterable[Id],
+    concurrency: int,
+    format: ExtractionFormat | None,
+    options: Mapping[str, Any],
+    **fan: Any,
+) -> ExtractionResults[Id]:
+    """The results of a bulk call: ``get_extraction`` of every id, under one span; ``fan``:
+    ``ordered`` and ``on_progress``, as ``limited_fan_out`` takes them."""
+    check_items(job_ids, "job_ids")
+    call = client._call(name, options)
+    protocol.check_extraction_format(format)
+    check_number("concurrency", concurrency, minimum=1)
+    # The one gate of each request, counting calls in flight: more than the pool has
+    # connections would only queue for the pool (each attempt takes one, inside it).
+    pool_size = client._shared.transport.pool_size
+    pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
+    # The error that stops the call (_stops_bulk): every id would get the same, so once one
+    # comes, nothing more is sent and every id not sent yet gets the error too.
+    refused: list[AsyncSearchError] = []
+    span = LazySpan(client._options.tracer, name)
+    counts = span.totals  # set on the call's span when it ends
+    counts["asyncsearch.bulk.ids"] = counts["asyncsearch.bulk.failed"] = 0
+
+    async def fetch(job_id: Id) -> ExtractionResult[Id]:
+        counts["asyncsearch.bulk.ids"] += 1
+        error: AsyncSearchError
+        if refused:
+            error = _not_sent(refused[0])
+        else:
+            try:
+                request = call.apply(protocol.get_extraction(job_id, format=format))
+                with span.child("get_extraction", request) as child:
+                    client._check_open()
+                    response = await send(client._shared, call, request, child, pressure)
+                    child.answered(response)
+                    return ExtractionSuccess(job_id=job_id, job=response.parse())
+            except ClientClosedError:
+                raise  # ends the whole call (stop_on below): no error per id left
+            except AsyncSearchError as exc:
+                if client.is_closed:  # closed while this request was in flight
+                    raise ClientClosedError("the client was closed during the bulk call") from exc
+                if _stops_bulk(exc):
+                    refused.append(exc)
+                error = exc
+            except Exception as exc:  # a middleware's own error: this id's, as its cause
+                error = AsyncSearchError(f"a middleware raised {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+        counts["asyncsearch.bulk.failed"] += 1
+        return ExtractionFailure(job_id=job_id, error=error)
+
+    outcomes = limited_fan_out(fetch, job_ids, pressure, stop_on=ClientClosedError, **fan)
+    return ExtractionResults(outcomes, span)
 
 
 class RawResponseClient:
