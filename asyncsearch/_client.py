@@ -182,10 +182,15 @@ class SearchPagesParams(SearchWalkCallParams, total=False):
     """
 
     start_page: int | None
+    """The first page walked (default: the client's ``first_page``; a lower one is refused)."""
     max_pages: int | None
+    """The most pages walked; ``None``: no cap."""
     prefetch: bool
+    """Request the next page while the caller works on the current one (default ``True``)."""
     dedupe: bool
+    """Drop hits already yielded in this walk (default ``False``)."""
     embeddings: bool
+    """``False`` drops the hits' vectors, as ``search`` does (default ``True``)."""
 
 
 def _split(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -742,22 +747,6 @@ class AsyncSearchClient(AsyncClosing):
 
         Args:
             text: The query text, as ``search`` takes it.
-            start_page: The first page walked (default: the client's ``first_page``; a lower
-                one is refused).
-            max_pages: The most pages walked; ``None``: no cap.
-            prefetch: Request the next page while the caller works on the current one
-                (default ``True``).
-            dedupe: Drop hits already yielded in this walk (default ``False``).
-            embeddings: ``False`` drops the hits' vectors, as ``search`` does (default
-                ``True``).
-            image: As ``search`` takes it.
-            resource_id: As ``search`` takes it.
-            filters: As ``search`` takes it.
-            precision: As ``search`` takes it.
-            queries: As ``search`` takes it.
-            incognito: As ``search`` takes it.
-            page_size: As ``search`` takes it.
-            sort: As ``search`` takes it.
             **params: The call's ``SearchOptions``, applied to every page's request.
 
         Returns:
@@ -777,31 +766,16 @@ class AsyncSearchClient(AsyncClosing):
     ) -> SearchPager[SearchHit]:
         """Walk the hits of a search across pages: ``async for hit in client.search_hits("q")``.
 
-        Like ``search_pages``, yielding hits one by one.
+        Like ``search_pages``, yielding hits one by one, and stopping after ``max_items`` hits
+        without fetching pages it does not need; its arguments are checked now, as there.
 
         Args:
             text: The query text, as ``search`` takes it.
-            max_items: Stop after this many hits, without fetching pages it does not need.
-            start_page: As ``search_pages`` takes it.
-            max_pages: As ``search_pages`` takes it.
-            prefetch: As ``search_pages`` takes it.
-            dedupe: As ``search_pages`` takes it.
-            embeddings: As ``search_pages`` takes it.
-            image: As ``search`` takes it.
-            resource_id: As ``search`` takes it.
-            filters: As ``search`` takes it.
-            precision: As ``search`` takes it.
-            queries: As ``search`` takes it.
-            incognito: As ``search`` takes it.
-            page_size: As ``search`` takes it.
-            sort: As ``search`` takes it.
+            max_items: The most hits yielded; ``None``: no cap.
             **params: The call's ``SearchOptions``, applied to every page's request.
 
         Returns:
             The hits, as an async iterator and context manager (``SearchPager``).
-
-        Raises:
-            InvalidRequestError: An argument that is not valid (before anything is sent).
         """
         return _search_pager(self, "search_hits", text, max_items, params)
 

@@ -407,13 +407,21 @@ class SearchWalkParams(TypedDict, total=False):
     """
 
     image: str | None
+    """A picture as a data URL (``image_data_url``): find resources that look like it."""
     resource_id: str | uuid.UUID | None
+    """Find resources similar to this one."""
     filters: models.SearchFilters | Mapping[str, Any] | None
+    """``SearchFilters``, or a dict with its keys: kinds, dates, labels, ..."""
     precision: float | None
+    """From 0 to 1: how closely hits must match."""
     queries: Sequence[models.SearchQuery | Mapping[str, Any]] | None
+    """More queries, each a ``SearchQuery`` or a dict with its keys."""
     incognito: bool | None
+    """Keep the search out of the history (and make it safe to retry)."""
     page_size: int | None
+    """Hits per page."""
     sort: models.Sort | Mapping[str, Any] | None
+    """A ``Sort``, or a dict with its keys (``field``, ``order``)."""
 
 
 class SearchParams(SearchWalkParams, total=False):

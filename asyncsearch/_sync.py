@@ -355,10 +355,9 @@ class SyncRawResponseClient:
     def __init__(self, client: SearchClient) -> None:
         self._client = client
 
-    search = SearchClient.search
-    get_extraction = SearchClient.get_extraction
-    link_preview = SearchClient.link_preview
-    list_webhook_logs = SearchClient.list_webhook_logs
+    # SearchClient's twins: read on this client, an endpoint's twin returns its APIResponse.
+    search, get_extraction = SearchClient.search, SearchClient.get_extraction
+    link_preview, list_webhook_logs = SearchClient.link_preview, SearchClient.list_webhook_logs
     get_webhook_log = SearchClient.get_webhook_log
 
 

@@ -392,14 +392,6 @@ async def search_table(
         start_page: As ``search_pages`` takes it.
         max_pages: As ``search_pages`` takes it.
         dedupe: As ``search_pages`` takes it.
-        image: As ``search`` takes it.
-        resource_id: As ``search`` takes it.
-        filters: As ``search`` takes it.
-        precision: As ``search`` takes it.
-        queries: As ``search`` takes it.
-        incognito: As ``search`` takes it.
-        page_size: As ``search`` takes it.
-        sort: As ``search`` takes it.
         **params: The call's ``SearchOptions``, applied to every page's request.
 
     Returns:

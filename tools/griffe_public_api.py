@@ -24,6 +24,8 @@ reference through it:
   package, never by a caller: no constructor is shown.
 - An attribute set in ``__init__`` (only there) shows no value: its value is code
   (``check_positive(...)``), not a constant.
+- The keys of a private ``TypedDict`` a function takes (``**params``) that its ``Args:`` does not
+  describe are described by the key's own docstring, written once where the key is declared.
 - A function decorated ``@_parameters_of(other)`` (``SearchClient.__init__``, which takes
   ``AsyncSearchClient``'s arguments) is shown with ``other``'s parameters, and its class's
   docstring gets the ``Args:`` section of ``other``'s class.
@@ -420,6 +422,34 @@ def _expand_private_kwargs(function: griffe.Function, public: set[str]) -> None:
         for base in kept[:1]
     ]
     function.parameters = griffe.Parameters(*parameters[:-1], *added, *rest)
+    _document(function, {p.name: p.docstring for p in added if p.docstring is not None})
+
+
+def _document(function: griffe.Function, keys: dict[str, griffe.Docstring]) -> None:
+    """Give ``function``'s ``Args:`` an entry for each key of a ``TypedDict`` it takes and does
+    not describe itself: the key's own docstring, written once where the key is declared."""
+    if function.docstring is None or not keys:
+        return
+    lines = function.docstring.value.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), None)
+    if start is None:
+        return
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end].startswith((" ", "\t"))):
+        end += 1
+    while lines[end - 1].strip() == "":
+        end -= 1
+    indent = lines[start + 1][: len(lines[start + 1]) - len(lines[start + 1].lstrip())]
+    told = {line.strip().split(":", 1)[0].lstrip("*") for line in lines[start + 1 : end]}
+    # Before **params, which is listed last.
+    at = next((i for i in range(start + 1, end) if lines[i].strip().startswith("**")), end)
+    entries = [
+        f"{indent}{name}: {' '.join(doc.value.split())}"
+        for name, doc in keys.items()
+        if name not in told
+    ]
+    text = "\n".join([*lines[:at], *entries, *lines[at:]])
+    function.docstring = griffe.Docstring(text, parent=function, parser=function.docstring.parser)
 
 
 def _typed_dict_keys(
