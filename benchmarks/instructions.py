@@ -1,8 +1,8 @@
 """Instructions per request of the bulk path, counted by callgrind: a figure load cannot move.
 
     python -m benchmarks.instructions [--variants gather,bare-read] [--small 500] [--large 1500]
-                                      [--concurrency 64] [--rounds 1] [--jobs 1] [--quick]
-                                      [--json PATH]
+                                      [--concurrency 64] [--rounds 1] [--jobs 1]
+                                      [--rev REV [--rev REV ...]] [--quick] [--json PATH]
 
 The CPU time ``benchmarks.fanout`` reports moves by several percent between runs of the same
 code on a shared machine (``benchmarks/README.md``); the number of instructions a request takes
@@ -24,26 +24,37 @@ is the steady-state cost of one request in the client process, what the last sec
   SDK's read timeout (``sock_read=60``), as ``benchmarks.fanout``'s targets use it;
 - ``bare``: the same without the read timeout.
 
-Ratios are taken against ``bare-read`` counted in the same run. The interpreter runs with
-``PYTHONHASHSEED=0``; three rounds on af08cab gave per request 599.26k-599.28k (``gather``),
-500.08k-500.18k (``bare-read``) and 718.1k-718.7k (``calls``): one round tells apart changes
-of a few hundred instructions (``--rounds`` takes the median of several). Under
-callgrind Python runs ~50x slower: the defaults take about 70 s with ``--jobs 2`` (two children
-at once; counts do not depend on load) on a 2-core Xeon. Each child checks that it imports the
-tree's own ``asyncsearch``, and the tree measured (``git describe --dirty``) is printed. ``--quick``
-(the smoke test) runs without valgrind, 20 and 60 requests, and reports CPU microseconds per
-request instead: it checks the plumbing, not the figure.
+Ratios are taken against ``bare-read`` counted in the same run. What moves a count besides the
+code: the server's port (in every URL; each round has a server of its own, so the spread of
+``--rounds`` shows it: a few hundred instructions per request) and the path of the checkout (the
+same commit read 599.3k in ``/work/wt45p`` and 596.7k in ``/tmp/wt45p/tree-head``, the
+bare loop 500.1k and 499.2k): compare two trees with ``--rev``, which unpacks each revision
+(``git archive``; ``--rev WORKTREE``: the checkout with its uncommitted changes to tracked
+files) in a directory of the same length and counts them in one run, then prints the difference
+of each variant against the first. The script's own ``benchmarks.fanout`` drives every tree, so
+a revision older than this script can be counted. The interpreter runs with
+``PYTHONHASHSEED=0``; three rounds on one server agreed within 0.1k for ``gather`` and
+``bare-read``, 0.6k for ``calls``.
+
+Under callgrind Python runs ~50x slower: the defaults take about 70 s with ``--jobs 2`` (two
+children at once; counts do not depend on load) on a 2-core Xeon, ``--rev A --rev B`` twice
+that. Each child checks that it imports its tree's own ``asyncsearch``. ``--quick`` (the smoke
+test) runs without valgrind, 20 and 60 requests, and reports CPU microseconds per request
+instead: it checks the plumbing, not the figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -66,6 +77,8 @@ from benchmarks._common import (
 )
 
 BASELINE = "bare-read"
+#: ``--rev WORKTREE``: the checkout with its uncommitted changes.
+WORKTREE = "WORKTREE"
 
 #: What each variant runs: the function of ``benchmarks.fanout`` and its description.
 VARIANTS: dict[str, tuple[str, str]] = {
@@ -87,14 +100,16 @@ AF08CAB_RATIO = 599.3 / 500.1
 # ---------------------------------------------------------------------------------------------
 
 
-def _child(variant: str, base_url: str, requests: int, concurrency: int) -> int:
-    """Fetch ``requests`` jobs with ``variant``; print what was fetched and the CPU time."""
+def _child(variant: str, tree: Path, base_url: str, requests: int, concurrency: int) -> int:
+    """Fetch ``requests`` jobs with ``variant``, with the ``asyncsearch`` of ``tree`` and this
+    script's ``benchmarks.fanout``; print what was fetched and the CPU time."""
+    sys.path.insert(0, str(tree))
     import asyncsearch
     from benchmarks import fanout
 
     # The tree's own asyncsearch, not an installed copy: the figure is the tree's.
-    if not Path(asyncsearch.__file__).resolve().is_relative_to(REPO):
-        raise RuntimeError(f"asyncsearch was imported from {asyncsearch.__file__}, not {REPO}")
+    if not Path(asyncsearch.__file__).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"asyncsearch was imported from {asyncsearch.__file__}, not {tree}")
 
     fetch: Callable[[str, list[str], int], Awaitable[int]] = getattr(fanout, VARIANTS[variant][0])
     ids = fanout.job_ids(requests)
@@ -110,19 +125,32 @@ def _child(variant: str, base_url: str, requests: int, concurrency: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _tree() -> str:
-    """The tree measured: its path and ``git describe --always --dirty`` (a figure names it)."""
+def _git(*args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, check=True).stdout
+
+
+def _described() -> str:
+    """This checkout as ``git describe --always --dirty`` names it."""
     try:
-        described = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        return _git("describe", "--always", "--dirty").decode().strip()
     except (OSError, subprocess.CalledProcessError):
-        described = "not a git checkout"
-    return f"{REPO} ({described})"
+        return "not a git checkout"
+
+
+def _unpack(rev: str, parent: Path) -> tuple[str, Path]:
+    """``rev`` of this repository (``WORKTREE``: the checkout with its uncommitted changes,
+    through ``git stash create``, which changes nothing) unpacked in a directory of its own
+    under ``parent``; its name and that directory."""
+    commit = rev
+    if rev == WORKTREE:
+        commit = _git("stash", "create").decode().strip() or "HEAD"
+    name = _git("rev-parse", "--short", commit).decode().strip()
+    name = f"{name} (uncommitted changes)" if rev == WORKTREE and commit != "HEAD" else name
+    # Same-length paths (mkdtemp's names are): a tree's path alone moved counts by ~2k.
+    tree = Path(tempfile.mkdtemp(prefix="rev-", dir=parent))
+    with tarfile.open(fileobj=io.BytesIO(_git("archive", "--format=tar", commit))) as archive:
+        archive.extractall(tree, filter="data")
+    return f"{rev} = {name}" if name != rev else rev, tree
 
 
 def _callgrind_total(path: Path) -> int:
@@ -137,7 +165,7 @@ def _callgrind_total(path: Path) -> int:
 
 
 def _count(
-    variant: str, requests: int, args: argparse.Namespace, base_url: str, workdir: Path
+    tree: Path, variant: str, requests: int, args: argparse.Namespace, base_url: str, workdir: Path
 ) -> float:
     """One child's count: instructions (under callgrind), or CPU µs (with ``--quick``)."""
     env = dict(os.environ)
@@ -150,6 +178,8 @@ def _count(
         "benchmarks.instructions",
         "--child",
         variant,
+        "--tree",
+        str(tree),
         "--base-url",
         base_url,
         "--requests",
@@ -182,35 +212,45 @@ def _count(
     return float(_callgrind_total(out))
 
 
-def _run(args: argparse.Namespace, base_url: str) -> dict[str, dict[str, Any]]:
-    """Count every (variant, size, repetition), ``--jobs`` at a time; the figures per variant."""
+def _run(
+    args: argparse.Namespace, trees: list[Path], base_urls: list[str], workdir: Path
+) -> list[dict[str, dict[str, Any]]]:
+    """Count every (tree, variant, size, round), ``--jobs`` at a time; the figures per variant
+    of each tree.
+
+    Each round has a server of its own (``base_urls[round]``): its port is in every URL, and
+    the counts move with it by a few hundred instructions per request, which the spread of the
+    rounds then shows.
+    """
     plan = [
-        (variant, size, rep)
+        (tree, variant, size, rep)
         for rep in range(args.rounds)
+        for tree in range(len(trees))
         for variant in args.variants
         for size in (args.small, args.large)
     ]
-    with tempfile.TemporaryDirectory(prefix="asyncsearch-callgrind-") as tmp:
-        workdir = Path(tmp)
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {
-                key: pool.submit(_count, key[0], key[1], args, base_url, workdir) for key in plan
-            }
-            counts = {key: future.result() for key, future in futures.items()}
-    results: dict[str, dict[str, Any]] = {}
-    span = args.large - args.small
-    for variant in args.variants:
-        per_request = [
-            (counts[variant, args.large, rep] - counts[variant, args.small, rep]) / span
-            for rep in range(args.rounds)
-        ]
-        results[variant] = {
-            "small": [counts[variant, args.small, rep] for rep in range(args.rounds)],
-            "large": [counts[variant, args.large, rep] for rep in range(args.rounds)],
-            "per_request": per_request,
-            "median": statistics.median(per_request),
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {
+            key: pool.submit(_count, trees[key[0]], *key[1:3], args, base_urls[key[3]], workdir)
+            for key in plan
         }
-    return results
+        counts = {key: future.result() for key, future in futures.items()}
+    span = args.large - args.small
+    figures: list[dict[str, dict[str, Any]]] = []
+    for tree in range(len(trees)):
+        results: dict[str, dict[str, Any]] = {}
+        for variant in args.variants:
+            small = [counts[tree, variant, args.small, rep] for rep in range(args.rounds)]
+            large = [counts[tree, variant, args.large, rep] for rep in range(args.rounds)]
+            per_request = [(b - a) / span for a, b in zip(small, large, strict=True)]
+            results[variant] = {
+                "small": small,
+                "large": large,
+                "per_request": per_request,
+                "median": statistics.median(per_request),
+            }
+        figures.append(results)
+    return figures
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -231,9 +271,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="no valgrind, few requests: a smoke test"
     )
+    parser.add_argument(
+        "--rev",
+        action="append",
+        metavar="REV",
+        help=f"count this git revision (again for more, in one run; {WORKTREE}: the checkout "
+        "with its uncommitted changes to tracked files) instead of the checkout in place",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     # The child's side, run by the parent under callgrind.
     parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=REPO, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--requests", type=int, default=0, help=argparse.SUPPRESS)
     return parser
@@ -242,7 +290,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child:
-        return _child(args.child, args.base_url, args.requests, args.concurrency)
+        return _child(args.child, args.tree, args.base_url, args.requests, args.concurrency)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
@@ -261,47 +309,79 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
 
-    with ServerProcess("--pages", "1", "--page-size", "1") as server:
-        results = _run(args, server.base_url)
+    with (
+        contextlib.ExitStack() as servers,
+        tempfile.TemporaryDirectory(prefix="asyncsearch-instructions-") as tmp,
+    ):
+        workdir = Path(tmp)
+        trees = [(f"{REPO} ({_described()})", REPO)]
+        if args.rev:
+            trees = [_unpack(rev, workdir) for rev in args.rev]
+        base_urls = [
+            servers.enter_context(ServerProcess("--pages", "1", "--page-size", "1")).base_url
+            for _ in range(args.rounds)
+        ]
+        figures = _run(args, [tree for _, tree in trees], base_urls, workdir)
 
     unit = "CPU µs" if args.quick else "instructions"
-    base = results[BASELINE]["median"]
-    rows = []
-    for variant, result in results.items():
-        spread = result["per_request"]
-        figure = f"{result['median']:.1f}" if args.quick else f"{result['median'] / 1000:,.1f}k"
-        rows.append(
-            [
-                VARIANTS[variant][1],
-                f"{result['small'][0]:,.0f}",
-                f"{result['large'][0]:,.0f}",
-                figure,
-                "-" if len(spread) < 2 else f"{(max(spread) - min(spread)) / 1000:.2f}k",
-                fmt_ratio(ratio(result["median"], base)),
-            ]
-        )
     counter = "CPU time, no valgrind (--quick)" if args.quick else "callgrind"
-    print_table(
-        f"{unit[0].upper()}{unit[1:]} per request of the client process ({counter}): "
-        f"({args.large:,} - {args.small:,} requests) / {args.large - args.small:,}, "
-        f"{args.concurrency} in flight, no server latency, median of {args.rounds}; "
-        f"ratios to {VARIANTS[BASELINE][1]}",
-        [
-            "client",
-            f"{unit}, {args.small:,} req (first run)",
-            f"{unit}, {args.large:,} req (first run)",
-            f"{unit} / request",
-            "spread (max - min)",
-            "vs baseline",
-        ],
-        rows,
-    )
+    for (label, _), results in zip(trees, figures, strict=True):
+        base = results[BASELINE]["median"]
+        rows = []
+        for variant, result in results.items():
+            spread = result["per_request"]
+            rows.append(
+                [
+                    VARIANTS[variant][1],
+                    f"{result['small'][0]:,.0f}",
+                    f"{result['large'][0]:,.0f}",
+                    _figure(result["median"], args.quick),
+                    "-" if len(spread) < 2 else _figure(max(spread) - min(spread), args.quick),
+                    fmt_ratio(ratio(result["median"], base)),
+                ]
+            )
+        print_table(
+            f"{label}: {unit} per request of the client process ({counter}): "
+            f"({args.large:,} - {args.small:,} requests) / {args.large - args.small:,}, "
+            f"{args.concurrency} in flight, no server latency, median of {args.rounds}; "
+            f"ratios to {VARIANTS[BASELINE][1]}",
+            [
+                "client",
+                f"{unit}, {args.small:,} req (first round)",
+                f"{unit}, {args.large:,} req (first round)",
+                f"{unit} / request",
+                "spread (max - min)",
+                "vs baseline",
+            ],
+            rows,
+        )
+    if len(figures) > 1:
+        first = figures[0]
+        rows = [
+            [
+                label,
+                VARIANTS[variant][1],
+                _figure(result["median"], args.quick),
+                f"{'+' if result['median'] >= first[variant]['median'] else '-'}"
+                + _figure(abs(result["median"] - first[variant]["median"]), args.quick),
+                f"{(result['median'] / first[variant]['median'] - 1) * 100:+.2f}%",
+            ]
+            for (label, _), results in list(zip(trees, figures, strict=True))[1:]
+            for variant, result in results.items()
+        ]
+        print_table(
+            f"Against {trees[0][0]} (the first --rev), counted in the same run",
+            ["revision", "client", f"{unit} / request", "difference", "change"],
+            rows,
+        )
     targets = Targets()
-    if "gather" in results:
+    last = figures[-1]
+    if "gather" in last:
         targets.add(
             Target(
-                f"gather_extractions {unit} per request vs {VARIANTS[BASELINE][1]}",
-                ratio(results["gather"]["median"], base),
+                f"gather_extractions {unit} per request vs {VARIANTS[BASELINE][1]}"
+                + (f" ({trees[-1][0]})" if args.rev else ""),
+                ratio(last["gather"]["median"], last[BASELINE]["median"]),
                 round(AF08CAB_RATIO * 1.01, 2),
                 higher_is_better=False,
                 note="issue 45: within 1% of af08cab's 599.3k against 500.1k"
@@ -309,7 +389,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     targets.print()
-    print(f"tree: {_tree()}")
     print_environment(command_line("instructions", argv))
     payload = {
         "benchmark": "instructions",
@@ -317,12 +396,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "small": args.small,
         "large": args.large,
         "concurrency": args.concurrency,
-        "variants": {VARIANTS[v][1]: r for v, r in results.items()},
+        "rounds": args.rounds,
+        "trees": [
+            {"tree": label, "variants": {VARIANTS[v][1]: r for v, r in results.items()}}
+            for (label, _), results in zip(trees, figures, strict=True)
+        ],
         "targets": targets.as_json(),
-        "tree": _tree(),
     }
     write_json(args.json, payload)
     return 0
+
+
+def _figure(value: float, quick: bool) -> str:
+    return f"{value:.1f}" if quick else f"{value / 1000:,.1f}k"
 
 
 if __name__ == "__main__":
