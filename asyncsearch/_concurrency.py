@@ -805,6 +805,10 @@ class RateLimit:
     The client and every client made by ``with_options`` share it. Its state, for a progress bar
     or a metric: ``tokens`` and ``waiting``. It belongs to one event loop.
 
+    The client uses only ``wait``, ``take``, ``give_back`` and ``release``: a subclass that
+    overrides them takes its tokens elsewhere (``asyncsearch.ray.SharedRateLimit``: from one
+    quota that every Ray worker of an export shares).
+
     Args:
         per_second: The tokens gained per second: the sustained rate of requests.
         burst: The most tokens the bucket holds: how many requests may go at once after a
@@ -864,6 +868,11 @@ class RateLimit:
     def give_back(self) -> None:
         """Put back the token of a request that was not sent (never above ``burst``)."""
         self._tokens = min(self.burst, self._refill() + 1)
+
+    async def release(self) -> None:
+        """Give back the tokens held ahead of use: the client that owns the pool calls it as it
+        closes. A ``RateLimit`` holds none (this does nothing); ``asyncsearch.ray.SharedRateLimit``
+        returns the unused tokens leased to this process. The limit stays usable."""
 
     def __repr__(self) -> str:
         return f"RateLimit(per_second={self.per_second:g}, burst={self.burst})"
