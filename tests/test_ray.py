@@ -1031,8 +1031,9 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
             rows = []
             for result in results:
                 error = result.error
-                unsent = isinstance(error, APITimeoutError) and not error.request_sent
-                rows.append((result.job_id, error is None, unsent, error and error.attempts))
+                timed_out = error is None or isinstance(error, APITimeoutError)
+                sent = error is None or error.request_sent
+                rows.append((result.job_id, error is None, timed_out, sent))
             return started, rows
 
         return asyncio.run(run())
@@ -1045,9 +1046,10 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
     rows = [row for _, batch in answers for row in batch]
     assert [row[0] for row in rows] == [i for ids in batches for i in ids]  # each id, once
     fetched = sum(ok for _, ok, _, _ in rows)
-    assert all(ok or (unsent and attempts == 0) for _, ok, unsent, attempts in rows)
-    # The server saw exactly the fetched ids: no token was spent on a request cut before it.
-    assert len(server.arrivals) == fetched
+    assert all(timed_out for _, _, timed_out, _ in rows)  # a failure is the deadline's
+    # The server saw the fetched ids and at most those the deadline cut after they were sent:
+    # the calls whose token would come too late sent nothing.
+    assert fetched <= len(server.arrivals) <= sum(sent for _, _, _, sent in rows)
     assert 0 < fetched < len(rows)  # the quota let some out in time, not all 80
     assert server.most_in_a_second() <= _bound(per_second, burst, copies=2)
     # No request went out after its call's deadline (plus loopback delivery, however slow).
@@ -1064,6 +1066,7 @@ def test_shared_quota_copies_share_one_actor_each_with_a_view_of_its_own(
     from asyncsearch.ray import SharedRateLimit
 
     limit = SharedRateLimit(100, burst=3)
+    limit.LEASE_SECONDS = 60  # no lease expires during the test, however slow the machine
     copy = pickle.loads(pickle.dumps(limit))
     assert isinstance(copy, RateLimit)
     assert repr(copy) == repr(limit) == "SharedRateLimit(per_second=100, burst=3)"
@@ -1110,6 +1113,7 @@ def test_shared_quota_gives_back_unsent_tokens_and_returns_a_lease_on_release(
     from asyncsearch.ray import SharedRateLimit
 
     limit = SharedRateLimit(0.01)  # no refill to speak of during the test
+    limit.LEASE_SECONDS = 60  # nor an expired lease, however slow the machine
     quota = limit._actor
     ray_session.get(quota.give_back.remote(1), timeout=60)  # one token in the bucket
 
