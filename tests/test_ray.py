@@ -1018,10 +1018,10 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
     limit = SharedRateLimit(per_second, burst=burst)
 
     @ray_session.remote(num_cpus=0.25)
-    def export(ids: list[str], base_url: str, limit: Any) -> tuple[float, list[Any]]:
+    def export(ids: list[str], base_url: str, limit: Any) -> tuple[float, float, list[Any]]:
         from asyncsearch import APITimeoutError
 
-        async def run() -> tuple[float, list[Any]]:
+        async def run() -> tuple[float, float, list[Any]]:
             started = time.monotonic()
             client = AsyncSearchClient(KEY, base_url=base_url, rate_limit=limit)
             async with client:
@@ -1034,7 +1034,7 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
                 timed_out = error is None or isinstance(error, APITimeoutError)
                 sent = error is None or error.request_sent
                 rows.append((result.job_id, error is None, timed_out, sent))
-            return started, rows
+            return started, time.monotonic() - started, rows
 
         return asyncio.run(run())
 
@@ -1043,7 +1043,9 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
         answers = ray_session.get(
             [export.remote(ids, server.base_url, limit) for ids in batches], timeout=120
         )
-    rows = [row for _, batch in answers for row in batch]
+    rows = [row for _, _, batch in answers for row in batch]
+    # The quota's wait ends at the deadline: no call waited on for its token past it.
+    assert max(took for _, took, _ in answers) < deadline + 1.0
     assert [row[0] for row in rows] == [i for ids in batches for i in ids]  # each id, once
     fetched = sum(ok for _, ok, _, _ in rows)
     assert all(timed_out for _, _, timed_out, _ in rows)  # a failure is the deadline's
@@ -1053,7 +1055,7 @@ def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: A
     assert 0 < fetched < len(rows)  # the quota let some out in time, not all 80
     assert server.most_in_a_second() <= _bound(per_second, burst, copies=2)
     # No request went out after its call's deadline (plus loopback delivery, however slow).
-    latest = max(started for started, _ in answers) + deadline
+    latest = max(started for started, _, _ in answers) + deadline
     assert max(server.arrivals) <= latest + 1.0
 
 
@@ -1127,6 +1129,25 @@ def test_shared_quota_gives_back_unsent_tokens_and_returns_a_lease_on_release(
 
     asyncio.run(run())
     assert ray_session.get(quota.level.remote(), timeout=60) >= 0.99
+
+
+def test_a_shared_quota_lease_expires(ray_session: Any) -> None:
+    """Tokens of a lease past ``LEASE_SECONDS`` are not spent, nor given back into."""
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(100)
+    limit.LEASE_SECONDS = 0.2
+
+    async def run() -> None:
+        await limit.take()
+        await limit.take()  # a lease of 2: one token left, until 0.2 s after it was asked for
+        await asyncio.sleep(0.25)  # this process's own clock passing, nothing else awaited
+        assert limit.tokens == 0.0
+        limit.give_back()
+        assert limit.tokens == 0.0
+        assert limit.wait() == 0.0  # nothing known of the quota's debt: the least is none
+
+    asyncio.run(run())
 
 
 def test_shared_quota_restarted_starts_empty(ray_session: Any) -> None:
