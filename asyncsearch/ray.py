@@ -154,11 +154,8 @@ async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
 
 class QuotaUnavailableError(AsyncSearchError):
     """The quota actor of a ``SharedRateLimit`` did not answer within its ``timeout`` (10 s), or
-    is gone (its driver ended, or Ray gave up restarting it): the request was not sent.
-
-    The call does not retry it. In ``FetchExtractions`` it is the error of the id's row, so a
-    resume with ``unwritten_job_ids(..., retry_failed=True)`` fetches the id again.
-    """
+    is gone: the request was not sent, nor retried (in ``FetchExtractions``, the id's error row,
+    which ``unwritten_job_ids(..., retry_failed=True)`` gives back)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,14 +164,12 @@ class QuotaUnavailableError(AsyncSearchError):
 
 
 class _Quota:
-    """The one bucket of a ``SharedRateLimit``, in its Ray actor: it lends a lease of tokens at
-    once, ahead of its refill (down to ``1 - lease``), to a process that asks while it holds a
-    token; else it says how soon to ask again."""
+    """The bucket of a ``SharedRateLimit``, in its actor: holding a token, it lends a lease at
+    once, ahead of its refill (down to ``1 - lease``); else it says when to ask again."""
 
     def __init__(self, per_second: float, burst: int, lease: int) -> None:
         self.per_second, self.burst = per_second, burst
-        # Every start, the first and each restart (Ray's max_restarts), is empty with a lease
-        # lent ahead: the leases of an earlier life, still being spent, keep the bound.
+        # Every start (Ray's restarts too) is empty, a lease lent ahead: see SharedRateLimit.
         self._level, self._stamp = 1.0 - lease, time.monotonic()
 
     def level(self) -> float:
@@ -199,39 +194,31 @@ class _Quota:
 class SharedRateLimit(RateLimit):
     """A ``RateLimit`` whose tokens come from one quota that every process it is sent to shares.
 
-    Made on the driver (after ``ray.init``), it starts a Ray actor that holds the quota's token
-    bucket (``per_second``, ``burst``): owned by the driver (not detached, so it ends with the
-    driver, or once no copy of this instance is left), unique to this instance (two exports
-    with quotas of their own never meet), restarted by Ray if its process dies
-    (``max_restarts=-1``), with ``num_cpus=0``. The instance is picklable: give it where a
-    ``RateLimit`` goes, ``FetchExtractions(rate_limit=...)`` (in ``fn_constructor_kwargs``, it
-    reaches every actor), ``read_search(rate_limit=...)``, or ``AsyncSearchClient(rate_limit=
-    ...)`` in any Ray task or actor. Each process that receives it gets a copy of its own,
-    drawing on the same quota; the client uses it as it uses a ``RateLimit`` (a request takes
-    its token as it goes out, a token of a request not sent is given back).
+    Made on the driver (after ``ray.init``), it starts a Ray actor holding the token bucket
+    (``per_second``, ``burst``): owned by the driver (not detached: it ends with the driver, or
+    once no copy is left), unique to this instance, ``num_cpus=0``, restarted by Ray if its
+    process dies (``max_restarts=-1``). The instance is picklable: give it as ``rate_limit`` to
+    ``FetchExtractions`` (in ``fn_constructor_kwargs``), ``read_search``, or an
+    ``AsyncSearchClient`` in any Ray task or actor. Each process gets a copy of its own, drawing
+    on the same quota, which the client uses as it uses a ``RateLimit``.
 
-    Leases: a copy takes tokens from the quota a lease at a time, so a request costs no remote
-    call: at most ``lease`` tokens (a tenth of ``per_second``, at least 1), sized to what the
-    process spent of its last lease (twice that), one lease in hand per copy. A lease may be
-    spent for ``LEASE_SECONDS`` (1 s) from when it was asked for; the client's ``aclose`` gives
-    the unused rest back (``release``). So in any window of ``t`` seconds all the copies
+    Leases, so a request costs no remote call: a copy takes at most ``lease`` tokens at once (a
+    tenth of ``per_second``, at least 1; twice what it spent of its last lease), one lease in
+    hand, spendable for ``LEASE_SECONDS`` (1 s) from when it was asked for; the client's
+    ``aclose`` gives the unused rest back (``release``). So in any ``t`` seconds all the copies
     together send at most ``per_second * t + burst + lease * (copies + 1)`` requests: the
-    bucket's rule, plus the lease each copy may hold and the one the quota lends ahead of its
-    refill. A restarted quota actor starts empty, so the leases of its earlier life, still
-    being spent, keep that bound; the first start is empty too (the bucket fills while the
-    actors start). A worker that dies holding a lease loses only those tokens.
+    bucket's rule, plus the lease each copy holds and the one the quota lends ahead of its
+    refill. The quota actor starts empty, the first time and after a restart (so the leases of
+    its earlier life keep the bound). A worker that dies holding a lease loses only those tokens.
+    A lease not answered within ``timeout`` (10 s), or an actor Ray says is gone, fails the
+    requests waiting for it with ``QuotaUnavailableError`` (nothing sent); the next one asks again.
 
-    Failure: a copy that asks for a lease and gets no answer within ``timeout`` (10 s), or
-    hears from Ray that the actor is gone, fails the requests waiting for that lease with
-    ``QuotaUnavailableError`` (nothing is sent); the next request asks again.
-
-    ``tokens`` (the tokens left of this copy's lease) and ``waiting`` (the requests of this
-    process waiting for a token) are this process's view. ``wait`` is a lower bound, never
-    more than the real wait: 0.0 when this copy's lease holds a token for the request; else
-    what the quota last told this copy, plus this process's own queue at the whole quota's
-    rate. So a wait that is sure to pass the call's ``deadline`` (or, for a direct call,
-    ``Timeout.pool``) is not begun; a longer wait than it said is still cut at the deadline
-    (nothing is sent), but a call without a deadline may wait past ``Timeout.pool``.
+    ``tokens`` (left of this copy's lease) and ``waiting`` are this process's view. ``wait`` is a
+    lower bound, never more than the real wait (0.0 when the lease holds a token for the request;
+    else what the quota last said plus this process's queue at the whole quota's rate): a wait
+    sure to pass the call's ``deadline`` or a direct call's ``Timeout.pool`` is not begun, and a
+    longer one is still cut at the deadline (nothing sent); without a deadline, a call may wait
+    past ``Timeout.pool``.
 
     Args:
         per_second: The tokens the quota gains per second: the rate of the whole export.
@@ -298,8 +285,8 @@ class SharedRateLimit(RateLimit):
         return max(0.0, debt + max(0, needed - self.lease - spare) / self.per_second - after)
 
     async def take(self) -> None:
-        """Take a token of this copy's lease, leasing one more from the quota when it is spent;
-        waits in turn, first come first served in this process. A wait cancelled takes none.
+        """Take a token of this copy's lease (leasing anew when it is spent), first come first
+        served in this process; a wait cancelled takes none.
 
         Raises:
             QuotaUnavailableError: The quota actor did not answer within ``timeout``, or is gone.
@@ -318,8 +305,7 @@ class SharedRateLimit(RateLimit):
         self._held -= 1
 
     async def _renew(self) -> None:
-        """Ask the quota for a lease: one question in flight per copy, whose answer is kept
-        when the request waiting for it is cancelled."""
+        """Ask for a lease: one question per copy, kept when its waiting request is cancelled."""
         await anyio.sleep(max(0.0, self._retry_at - time.monotonic()))
         if self._asking is None:
             if self._granted:  # the lease in hand ends: the next is twice what was spent of it
@@ -335,11 +321,10 @@ class SharedRateLimit(RateLimit):
         except (TimeoutError, ray.exceptions.RayError) as exc:
             self._asking = None  # the next request asks again
             self._failures += 1
-            self._failure = (
-                f"the quota actor of {self!r} did not answer within {self.timeout:g}s"
-                if isinstance(exc, TimeoutError)
-                else f"the quota actor of {self!r} cannot be reached: {type(exc).__name__}"
-            ) + "; the request was not sent"
+            why = f"cannot be reached ({type(exc).__name__})"
+            if isinstance(exc, TimeoutError):
+                why = f"did not answer within {self.timeout:g}s"
+            self._failure = f"the quota actor of {self!r} {why}; the request was not sent"
             raise QuotaUnavailableError(self._failure) from exc
         self._asking = None
         self._held = self._granted = granted
@@ -347,15 +332,13 @@ class SharedRateLimit(RateLimit):
         self._retry_at = time.monotonic() + retry_in
 
     def give_back(self) -> None:
-        """Put back the token of a request that was not sent into this copy's lease (never
-        above ``lease``; not once the lease has expired)."""
+        """Put back the token of a request not sent into this copy's lease (if not expired)."""
         if time.monotonic() < self._until:
             self._held = min(self.lease, self._held + 1)
 
     async def release(self) -> None:
-        """Give the unused tokens of this copy's lease back to the quota (the client's
-        ``aclose`` calls it); the next request leases anew. An unreachable quota is waited for
-        at most ``timeout``: the tokens are then lost, which only lowers the rate."""
+        """Return this copy's unused lease to the quota (the client's ``aclose`` calls it; an
+        unreachable quota is waited for at most ``timeout``); the next request leases anew."""
         held, self._held = (self._held if self._in_hand() else 0), 0
         if held:
             with anyio.move_on_after(self.timeout), contextlib.suppress(ray.exceptions.RayError):
