@@ -539,10 +539,14 @@ class AsyncSearchClient(AsyncClosing):
 
         Calling it twice is fine; using the client afterwards raises ``ClientClosedError``. It
         must run in the event loop the client was first used in (the pool's connections belong
-        to it): from another one it raises ``ClientClosedError`` and closes nothing.
+        to it): from another one it raises ``ClientClosedError`` and closes nothing. The client
+        that owns the pool also calls its rate limit's ``release`` (a shared quota gets back the
+        tokens this process leased and did not use).
         """
         if self._owns_transport:  # from another event loop: ClientClosedError, nothing closed
             await self._shared.transport.aclose()
+            if self._shared.rate_limit is not None:
+                await self._shared.rate_limit.release()  # a shared quota's unused lease goes back
         self._closed = True
 
     @property

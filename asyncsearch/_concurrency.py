@@ -807,6 +807,10 @@ class RateLimit:
     ``SearchClient``'s runs in a thread of its own; read ``tokens`` in ``on_progress`` or a
     middleware, which run there).
 
+    The client uses only ``wait``, ``take``, ``give_back`` and ``release``: a subclass that
+    overrides them takes its tokens elsewhere (``asyncsearch.ray.SharedRateLimit``: from one
+    quota that every Ray worker of an export shares).
+
     Args:
         per_second: The tokens gained per second: the sustained rate of requests.
         burst: The most tokens the bucket holds: how many requests may go at once after a
@@ -870,6 +874,11 @@ class RateLimit:
             tokens: How many.
         """
         self._tokens = min(self.burst, self._refill() + tokens)
+
+    async def release(self) -> None:
+        """Give back the tokens held ahead of use: the client that owns the pool calls it as it
+        closes. A ``RateLimit`` holds none (this does nothing); ``asyncsearch.ray.SharedRateLimit``
+        returns the unused tokens leased to this process. The limit stays usable."""
 
     def __repr__(self) -> str:
         return f"RateLimit(per_second={self.per_second:g}, burst={self.burst})"

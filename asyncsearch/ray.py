@@ -13,6 +13,9 @@
   widths): the hit's scalar fields and the embeddings ``small3_512`` and ``clip2`` as Ray tensor
   columns of float32 (``ArrowTensorArray``), so that numpy batches hold each as one 2-D
   ``(rows, width)`` float32 array, a hit without that vector a row of NaN.
+- ``SharedRateLimit(per_second, burst=...)``: one rate limit for a whole export, a ``RateLimit``
+  whose tokens every process it is sent to leases from one Ray actor (``rate_limit=`` of
+  ``FetchExtractions``, ``read_search`` or any client in a Ray task or actor).
 - ``unwritten_job_ids(ids, path)``: the ids of a dataset that an earlier run has not written yet
   (``write_parquet``/``write_json``), to resume an export; ``retry_failed`` and
   ``refetch_in_progress`` also give back the ids written only with an error or in a state of
@@ -30,9 +33,12 @@ picklable), so ``except ResponseValidationError`` catches a failed ``read_search
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +49,7 @@ import anyio
 from asyncsearch import (
     IN_PROGRESS_JOB_STATES,
     AsyncSearchClient,
+    AsyncSearchError,
     ExtractionFormat,
     InvalidRequestError,
     RateLimit,
@@ -72,6 +79,7 @@ with needs_extra("asyncsearch.ray needs Ray Data", "ray"):
     import pyarrow.parquet as pq
     import ray
     import ray.data
+    import ray.exceptions
     from ray.data.extensions import ArrowTensorArray
 
 if TYPE_CHECKING:
@@ -81,6 +89,8 @@ __all__ = [
     "EXTRACTION_SCHEMA",
     "ClientOptions",
     "FetchExtractions",
+    "QuotaUnavailableError",
+    "SharedRateLimit",
     "read_search",
     "unwritten_job_ids",
 ]
@@ -100,8 +110,9 @@ class ClientOptions(TypedDict, total=False):
     own parameters, resolved differently by ``FetchExtractions`` and ``read_search``) and
     ``session`` and ``ssl``, left out because they cannot be sent to another process. An option
     not given is not passed, so the client's own default applies (``retry_budget``: a fresh
-    ``RetryBudget()`` per client; ``None`` turns it off). A ``rate_limit`` is copied to each
-    process: each actor or read task gets a bucket of its own, so divide the quota among them.
+    ``RetryBudget()`` per client; ``None`` turns it off). A ``RateLimit`` is copied to each
+    process, each actor or read task getting a bucket of its own; a ``SharedRateLimit`` is one
+    quota that all of them share.
     """
 
     base_id: str | None
@@ -139,6 +150,208 @@ async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
 # ---------------------------------------------------------------------------------------------
 # SDK errors across processes
 # ---------------------------------------------------------------------------------------------
+
+
+class QuotaUnavailableError(AsyncSearchError):
+    """The quota actor of a ``SharedRateLimit`` did not answer within its ``timeout`` (10 s), or
+    is gone: the request was not sent, nor retried (in ``FetchExtractions``, the id's error row,
+    which ``unwritten_job_ids(..., retry_failed=True)`` gives back)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# One quota for a whole export
+# ---------------------------------------------------------------------------------------------
+
+
+class _Quota:
+    """The bucket of a ``SharedRateLimit``, in its actor: holding a token, it lends a lease at
+    once, ahead of its refill (down to ``1 - lease``); else it says when to ask again."""
+
+    def __init__(self, per_second: float, burst: int, lease: int) -> None:
+        self.per_second, self.burst = per_second, burst
+        # Every start (Ray's restarts too) is empty, a lease lent ahead: see SharedRateLimit.
+        self._level, self._stamp = 1.0 - lease, time.monotonic()
+
+    def level(self) -> float:
+        """The tokens in the bucket now (below 0 while a lease is lent ahead of the refill)."""
+        now = time.monotonic()
+        self._level = min(self.burst, self._level + (now - self._stamp) * self.per_second)
+        self._stamp = now
+        return self._level
+
+    def lease(self, tokens: int) -> tuple[int, float]:
+        """``tokens`` now, or none and the seconds until the bucket holds a token."""
+        if self.level() < 1:
+            return 0, (1 - self._level) / self.per_second
+        self._level -= tokens
+        return tokens, 0.0
+
+    def give_back(self, tokens: int) -> None:
+        """Take back the unused tokens of a lease (never above ``burst``)."""
+        self._level = min(self.burst, self.level() + tokens)
+
+
+class SharedRateLimit(RateLimit):
+    """A ``RateLimit`` whose tokens come from one quota that every process it is sent to shares.
+
+    Made on the driver (after ``ray.init``), it starts a Ray actor holding the token bucket
+    (``per_second``, ``burst``): owned by the driver (not detached: it ends with the driver, or
+    once no copy is left), unique to this instance, ``num_cpus=0``, restarted by Ray if its
+    process dies (``max_restarts=-1``). The instance is picklable: give it as ``rate_limit`` to
+    ``FetchExtractions`` (in ``fn_constructor_kwargs``), ``read_search``, or an
+    ``AsyncSearchClient`` in any Ray task or actor. Each process gets a copy of its own, drawing
+    on the same quota, which the client uses as it uses a ``RateLimit``.
+
+    Leases, so a request costs no remote call: a copy takes at most ``lease`` tokens at once (a
+    tenth of ``per_second``, at least 1; twice what it spent of its last lease), one lease in
+    hand, spendable for ``LEASE_SECONDS`` (1 s) from when it was asked for; the client's
+    ``aclose`` gives the unused rest back (``release``). So in any ``t`` seconds all the copies
+    together send at most ``per_second * t + burst + lease * (copies + 1)`` requests: the
+    bucket's rule, plus the lease each copy holds and the one the quota lends ahead of its
+    refill. The quota actor starts empty, the first time and after a restart (so the leases of
+    its earlier life keep the bound). A worker that dies holding a lease loses only those tokens.
+    A lease not answered within ``timeout`` (10 s), or an actor Ray says is gone, fails the
+    requests waiting for it with ``QuotaUnavailableError`` (nothing sent); the next one asks again.
+
+    ``tokens`` (left of this copy's lease) and ``waiting`` are this process's view. ``wait`` is a
+    lower bound, never more than the real wait (0.0 when the lease holds a token for the request;
+    else what the quota last said plus this process's queue at the whole quota's rate): a wait
+    sure to pass the call's ``deadline`` or a direct call's ``Timeout.pool`` is not begun, and a
+    longer one is still cut at the deadline (nothing sent); without a deadline, a call may wait
+    past ``Timeout.pool``.
+
+    Args:
+        per_second: The tokens the quota gains per second: the rate of the whole export.
+        burst: The most tokens the quota's bucket holds.
+
+    Raises:
+        ConfigurationError: A ``per_second`` that is not a positive finite number, or a
+            ``burst`` that is not an integer of at least 1.
+    """
+
+    #: Seconds a lease may be spent for, from when it was asked for.
+    LEASE_SECONDS = 1.0
+
+    def __init__(self, per_second: float, *, burst: int = 1) -> None:
+        super().__init__(per_second, burst=burst)
+        #: The most tokens a copy leases at once.
+        self.lease: int = max(1, int(self.per_second // 10))
+        #: Seconds a copy waits for the quota actor's answer before failing the request.
+        self.timeout: float = 10.0
+        options = {"num_cpus": 0, "max_restarts": -1, "max_task_retries": -1}
+        quota = ray.remote(_Quota).options(**options)
+        self._actor: Any = quota.remote(self.per_second, self.burst, self.lease)
+        self._start()
+
+    def _start(self) -> None:
+        """This copy's state: nothing leased yet."""
+        self.waiting = 0
+        self._want, self._granted = 1, 0  # the size of the next lease; of the one in hand
+        self._held, self._until, self._retry_at, self._asked = 0, -math.inf, -math.inf, 0.0
+        self._asking: asyncio.Future[tuple[int, float]] | None = None  # the lease asked for
+        self._queue = asyncio.Lock()  # this process's waiting requests: first come, first served
+        self._failures, self._failure = 0, ""  # leases that did not come, and why the last
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy for another process: the same quota actor, nothing leased.
+        return _shared_copy, (self._actor, self.per_second, self.burst, self.timeout)
+
+    def __repr__(self) -> str:
+        return f"SharedRateLimit(per_second={self.per_second:g}, burst={self.burst})"
+
+    def _in_hand(self) -> bool:
+        return self._held >= 1 and time.monotonic() < self._until
+
+    @property
+    def tokens(self) -> float:
+        """The tokens left of this copy's lease (0 once it has expired)."""
+        return float(self._held) if self._in_hand() else 0.0
+
+    def wait(self, after: float = 0.0) -> float:
+        """A lower bound of the seconds a request would wait for its token (see the class).
+
+        Args:
+            after: When the request asks, in seconds from now.
+
+        Returns:
+            0.0 when this copy's lease holds a token for it then; else the least it can wait.
+        """
+        now = time.monotonic()
+        needed = self.waiting + 1 - (self._held if now + after < self._until else 0)
+        if needed <= 0:
+            return 0.0
+        debt = max(0.0, self._retry_at - now)  # the quota said: no token before then
+        spare = 0 if debt else self.burst - 1
+        return max(0.0, debt + max(0, needed - self.lease - spare) / self.per_second - after)
+
+    async def take(self) -> None:
+        """Take a token of this copy's lease (leasing anew when it is spent), first come first
+        served in this process; a wait cancelled takes none.
+
+        Raises:
+            QuotaUnavailableError: The quota actor did not answer within ``timeout``, or is gone.
+        """
+        if self.waiting or not self._in_hand():
+            self.waiting += 1
+            failures = self._failures
+            try:
+                async with self._queue:
+                    while not self._in_hand():
+                        if self._failures != failures:  # the lease this request waited for
+                            raise QuotaUnavailableError(self._failure)
+                        await self._renew()
+            finally:
+                self.waiting -= 1
+        self._held -= 1
+
+    async def _renew(self) -> None:
+        """Ask for a lease: one question per copy, kept when its waiting request is cancelled."""
+        await anyio.sleep(max(0.0, self._retry_at - time.monotonic()))
+        if self._asking is None:
+            if self._granted:  # the lease in hand ends: the next is twice what was spent of it
+                self._want = min(self.lease, max(1, 2 * (self._granted - self._held)))
+            self._asked = time.monotonic()
+            self._asking = asyncio.wrap_future(self._actor.lease.remote(self._want).future())
+        asking = self._asking
+        try:
+            if not asking.done():
+                with anyio.fail_after(max(0.0, self._asked + self.timeout - time.monotonic())):
+                    await asyncio.shield(asking)
+            granted, retry_in = asking.result()
+        except (TimeoutError, ray.exceptions.RayError) as exc:
+            self._asking = None  # the next request asks again
+            self._failures += 1
+            why = f"cannot be reached ({type(exc).__name__})"
+            if isinstance(exc, TimeoutError):
+                why = f"did not answer within {self.timeout:g}s"
+            self._failure = f"the quota actor of {self!r} {why}; the request was not sent"
+            raise QuotaUnavailableError(self._failure) from exc
+        self._asking = None
+        self._held = self._granted = granted
+        self._until = self._asked + self.LEASE_SECONDS
+        self._retry_at = time.monotonic() + retry_in
+
+    def give_back(self) -> None:
+        """Put back the token of a request not sent into this copy's lease (if not expired)."""
+        if time.monotonic() < self._until:
+            self._held = min(self.lease, self._held + 1)
+
+    async def release(self) -> None:
+        """Return this copy's unused lease to the quota (the client's ``aclose`` calls it; an
+        unreachable quota is waited for at most ``timeout``); the next request leases anew."""
+        held, self._held = (self._held if self._in_hand() else 0), 0
+        if held:
+            with anyio.move_on_after(self.timeout), contextlib.suppress(ray.exceptions.RayError):
+                await asyncio.wrap_future(self._actor.give_back.remote(held).future())
+
+
+def _shared_copy(actor: Any, per_second: float, burst: int, timeout: float) -> SharedRateLimit:
+    """A ``SharedRateLimit`` unpickled in another process: the same quota, nothing leased."""
+    limit = SharedRateLimit.__new__(SharedRateLimit)
+    RateLimit.__init__(limit, per_second, burst=burst)
+    limit.lease, limit.timeout, limit._actor = max(1, int(per_second // 10)), timeout, actor
+    limit._start()
+    return limit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 """Exporting extraction results through Ray Data: 1 actor against 2, on this machine.
 
     python -m benchmarks.ray_export [--ids 4000] [--concurrency 16] [--latency 0.05]
-                                    [--rounds 3] [--quick] [--json PATH]
+                                    [--quota 100000] [--rounds 3] [--quick] [--json PATH]
 
 Needs the ``ray`` extra (``pip install -e '.[ray]'``) and the ``cli`` extra (the emulator is
 started as ``asyncsearch serve`` in a child process on 127.0.0.1, with ``--latency`` seconds
 added to every extraction answer through its fault settings, so the actors wait on the network
 as they would on a real service). Each variant sends the same ``--ids`` seeded job ids through
 ``Dataset.map_batches(FetchExtractions, compute=ActorPoolStrategy(size=n), num_cpus=0.25)`` and
-reads every row back; variants run in interleaved rounds and the medians are reported.
+reads every row back; variants run in interleaved rounds and the medians are reported. A third
+variant runs the 2 actors under one ``SharedRateLimit(--quota)``, far above what they reach: what
+its leases cost (each actor leases tokens from the quota's actor a second's worth at a time).
 
 Reported per variant: ids per second while fetching (from the first batch an actor starts to
 the last one it finishes: Ray's start of the actors, a few seconds, is left out but shown in the
@@ -53,6 +55,8 @@ from benchmarks._common import (
 
 API_KEY = "bench-key"
 SEED = 11
+#: The variant of 2 actors under one SharedRateLimit set far above what they reach (issue 48).
+SHARED = "2 actors, shared quota"
 
 
 class _Emulator:
@@ -152,8 +156,20 @@ def _measured_class() -> type:
 
 
 def _export(
-    ray: Any, measured: type, ids: list[str], *, base_url: str, actors: int, concurrency: int
+    ray: Any,
+    measured: type,
+    ids: list[str],
+    *,
+    base_url: str,
+    actors: int,
+    concurrency: int,
+    quota: float | None = None,
 ) -> Measurement:
+    options: dict[str, Any] = {}
+    if quota is not None:
+        from asyncsearch.ray import SharedRateLimit
+
+        options["rate_limit"] = SharedRateLimit(quota)  # a quota of its own for each run
     dataset = ray.data.from_items([{"job_id": i} for i in ids], override_num_blocks=16)
     results = dataset.map_batches(
         measured,
@@ -161,6 +177,7 @@ def _export(
             "api_key": API_KEY,
             "base_url": base_url,
             "concurrency": concurrency,
+            **options,
         },
         batch_size=200,
         batch_format="pyarrow",
@@ -198,6 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--latency", type=float, default=0.05, help="seconds added to every answer (0.05)"
     )
+    parser.add_argument(
+        "--quota",
+        type=float,
+        default=100_000,
+        help="per_second of the SharedRateLimit variant, far above what the actors reach",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a few seconds, for the smoke test")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -224,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "/_emulator/faults", {"endpoint": "extract", "latency": args.latency}
                 )
 
-            def variant(actors: int) -> Measurement:
+            def variant(actors: int, quota: float | None = None) -> Measurement:
                 return _export(
                     ray,
                     measured,
@@ -232,11 +255,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     base_url=emulator.base_url,
                     actors=actors,
                     concurrency=args.concurrency,
+                    quota=quota,
                 )
 
-            results = rounds_sync(
-                {"1 actor": lambda: variant(1), "2 actors": lambda: variant(2)}, args.rounds
-            )
+            variants = {
+                "1 actor": lambda: variant(1),
+                "2 actors": lambda: variant(2),
+                SHARED: lambda: variant(2, args.quota),
+            }
+            results = rounds_sync(variants, args.rounds)
     finally:
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         if started_ray:
@@ -277,6 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             scaling,
             1.5,
             note="shows actors adding up while they wait; not cluster scaling",
+        )
+    )
+    shared = ratio(median(results[SHARED], "ids_per_s"), median(results["2 actors"], "ids_per_s"))
+    targets.add(
+        Target(
+            f"2 actors under a SharedRateLimit({args.quota:g}) >= 0.95x the ids/s without one",
+            shared,
+            0.95,
+            note="the leases' cost: the quota is far above what the actors reach",
         )
     )
     targets.print()

@@ -175,6 +175,24 @@ async def test_every_attempt_takes_a_token_in_every_kind_of_call(
     assert len(server.seen) == 9
 
 
+async def test_the_client_that_owns_the_pool_releases_the_limit_as_it_closes() -> None:
+    """Issue 48's seam: ``aclose`` of the client that made the pool calls ``release`` (a shared
+    quota gets its unused lease back there); a client made by ``with_options`` does not."""
+    released: list[RateLimit] = []
+
+    class Leasing(RateLimit):
+        async def release(self) -> None:
+            released.append(self)
+
+    limit = Leasing(per_second=1)
+    client = AsyncSearchClient(API_KEY, base_url="http://127.0.0.1:9", rate_limit=limit)
+    await client.with_options(max_retries=0).aclose()
+    assert released == []
+    await client.aclose()
+    assert released == [limit]
+    await RateLimit(per_second=1).release()  # a plain bucket holds nothing ahead: nothing to do
+
+
 async def test_a_token_is_waited_for_with_the_connection_in_hand(
     serve: Serve, clock: Clock
 ) -> None:

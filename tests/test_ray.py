@@ -10,9 +10,13 @@ a base of its own, so the tests share one emulator without seeing each other's d
 from __future__ import annotations
 
 import asyncio
+import bisect
 import importlib.util
 import json
+import os
+import signal
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -893,3 +897,334 @@ def test_ray_module_uses_only_the_public_api() -> None:
         for alias in node.names
     ]
     assert [name for name in imported if name.startswith("asyncsearch._")] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# SharedRateLimit: one quota for a whole export
+# ---------------------------------------------------------------------------------------------
+
+
+class RecordingServer:
+    """A loopback server answering ``GET /v2/extract/{id}`` with a done job, recording the time
+    (this machine's monotonic clock, the same in every process) each request arrives at."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-recorder")
+        self.base_url = ""
+
+    def __enter__(self) -> RecordingServer:
+        from aiohttp import web
+
+        async def job(request: web.Request) -> web.Response:
+            self.arrivals.append(time.monotonic())
+            return web.json_response({"id": request.match_info["job"], "state": "done"})
+
+        async def start() -> web.AppRunner:
+            app = web.Application()
+            app.router.add_get("/v2/extract/{job}", job)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            return runner
+
+        self.thread.start()
+        self.runner = asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.loop.close()
+
+    def most_in_a_second(self) -> int:
+        """The most requests that arrived within any window of 1 second."""
+        times = sorted(self.arrivals)
+        return max((bisect.bisect_left(times, t + 1.0) - i for i, t in enumerate(times)), default=0)
+
+
+def _bound(per_second: float, burst: int, copies: int) -> float:
+    """The documented most requests in a 1-second window: the bucket's, plus the leases."""
+    lease = max(1, int(per_second // 10))
+    return per_second + burst + lease * (copies + 1)
+
+
+def test_shared_quota_holds_across_four_actors_and_a_worker_that_dies(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """4 actors, each with 16 requests in flight against an instant server (far more than the
+    quota), share one SharedRateLimit; one actor's process exits in the middle of a batch. Every
+    id comes back exactly once, and no 1-second window holds more than the documented bound."""
+    from asyncsearch.ray import FetchExtractions, SharedRateLimit
+
+    marker = tmp_path / "exited"
+
+    class ExitsOnce(FetchExtractions):
+        """Exits its process in its second batch, after fetching part of it (once per test)."""
+
+        calls = 0
+
+        async def __call__(self, batch: Any) -> Any:
+            self.calls += 1
+            if self.calls == 2:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    pass
+                else:
+                    await super().__call__(batch.slice(0, 3))
+                    os._exit(1)  # a worker dying with its lease and requests in flight
+            return await super().__call__(batch)
+
+    per_second, burst = 25, 1
+    limit = SharedRateLimit(per_second, burst=burst)
+    ids = [str(uuid.uuid4()) for _ in range(200)]
+    with RecordingServer() as server:
+        rows = (
+            ray_session.data.from_items([{"job_id": i} for i in ids], override_num_blocks=20)
+            .map_batches(
+                ExitsOnce,
+                fn_constructor_kwargs={
+                    "api_key": KEY,
+                    "base_url": server.base_url,
+                    "concurrency": 16,
+                    "rate_limit": limit,
+                },
+                batch_size=10,
+                batch_format="pyarrow",
+                compute=ray_session.data.ActorPoolStrategy(size=4),
+                num_cpus=0.25,
+            )
+            .take_all()
+        )
+    assert marker.exists(), "no worker exited: the test did not test that"
+    assert Counter(row["job_id"] for row in rows) == Counter(ids)  # every id exactly once
+    assert [row["error"] for row in rows] == [None] * len(ids)
+    assert len(server.arrivals) >= len(ids)
+    assert server.most_in_a_second() <= _bound(per_second, burst, copies=4)
+
+
+def test_shared_quota_with_a_deadline_and_bulk_calls_in_ray_tasks(ray_session: Any) -> None:
+    """Composed: two Ray tasks, each one client under the same SharedRateLimit, each a
+    gather_extractions of 40 ids (all in flight at once) whose calls have a 1.5 s deadline.
+    What the quota cannot let out in time fails unsent; nothing else is lost or sent twice."""
+    from asyncsearch.ray import SharedRateLimit
+
+    per_second, burst, deadline = 10, 2, 1.5
+    limit = SharedRateLimit(per_second, burst=burst)
+
+    @ray_session.remote(num_cpus=0.25)
+    def export(ids: list[str], base_url: str, limit: Any) -> tuple[float, float, list[Any]]:
+        from asyncsearch import APITimeoutError
+
+        async def run() -> tuple[float, float, list[Any]]:
+            started = time.monotonic()
+            client = AsyncSearchClient(KEY, base_url=base_url, rate_limit=limit)
+            async with client:
+                results = await client.gather_extractions(
+                    ids, concurrency=len(ids), deadline=deadline
+                )
+            rows = []
+            for result in results:
+                error = result.error
+                timed_out = error is None or isinstance(error, APITimeoutError)
+                sent = error is None or error.request_sent
+                rows.append((result.job_id, error is None, timed_out, sent))
+            return started, time.monotonic() - started, rows
+
+        return asyncio.run(run())
+
+    batches = [[str(uuid.uuid4()) for _ in range(40)] for _ in range(2)]
+    with RecordingServer() as server:
+        answers = ray_session.get(
+            [export.remote(ids, server.base_url, limit) for ids in batches], timeout=120
+        )
+    rows = [row for _, _, batch in answers for row in batch]
+    # The quota's wait ends at the deadline: no call waited on for its token past it.
+    assert max(took for _, took, _ in answers) < deadline + 1.0
+    assert [row[0] for row in rows] == [i for ids in batches for i in ids]  # each id, once
+    fetched = sum(ok for _, ok, _, _ in rows)
+    assert all(timed_out for _, _, timed_out, _ in rows)  # a failure is the deadline's
+    # The server saw the fetched ids and at most those the deadline cut after they were sent:
+    # the calls whose token would come too late sent nothing.
+    assert fetched <= len(server.arrivals) <= sum(sent for _, _, _, sent in rows)
+    assert 0 < fetched < len(rows)  # the quota let some out in time, not all 80
+    assert server.most_in_a_second() <= _bound(per_second, burst, copies=2)
+    # No request went out after its call's deadline (plus loopback delivery, however slow).
+    latest = max(started for started, _, _ in answers) + deadline
+    assert max(server.arrivals) <= latest + 1.0
+
+
+def test_shared_quota_copies_share_one_actor_each_with_a_view_of_its_own(
+    ray_session: Any,
+) -> None:
+    import pickle
+
+    from asyncsearch import RateLimit
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(100, burst=3)
+    limit.LEASE_SECONDS = 60  # no lease expires during the test, however slow the machine
+    copy = pickle.loads(pickle.dumps(limit))
+    assert isinstance(copy, RateLimit)
+    assert repr(copy) == repr(limit) == "SharedRateLimit(per_second=100, burst=3)"
+    assert (copy.lease, copy.timeout) == (limit.lease, limit.timeout) == (10, 10.0)
+
+    async def run() -> None:
+        await limit.take()  # a first lease of 1 token, spent
+        await limit.take()  # the next is twice that: 1 token left in this copy's lease
+        assert (limit.tokens, limit.waiting) == (1.0, 0)
+        assert (copy.tokens, copy.waiting) == (0.0, 0)  # nothing leased by the copy yet
+        assert limit.wait() == 0.0
+        await copy.take()  # from the same quota actor
+        assert copy.tokens == 0.0
+
+    asyncio.run(run())
+    # Two instances are two quotas: each has an actor of its own.
+    assert pickle.dumps(SharedRateLimit(100, burst=3)) != pickle.dumps(limit)
+
+
+def test_shared_quota_wait_is_a_lower_bound_of_the_real_wait(ray_session: Any) -> None:
+    """``wait()`` never says more than a request then waits, and says more than 0 once this
+    process's own queue needs more than the quota can give at once."""
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(5)  # a lease of 1 token; a token every 0.2 s
+
+    async def one() -> tuple[float, float]:
+        said = limit.wait()
+        started = time.monotonic()
+        await limit.take()
+        return said, time.monotonic() - started
+
+    async def run() -> list[tuple[float, float]]:
+        return list(await asyncio.gather(*(one() for _ in range(8))))
+
+    waits = asyncio.run(run())
+    assert all(said <= waited + 0.02 for said, waited in waits), waits
+    assert max(said for said, _ in waits) >= 7 / 5 - 0.01  # the 8th: 7 tokens after the first
+
+
+def test_shared_quota_gives_back_unsent_tokens_and_returns_a_lease_on_release(
+    ray_session: Any,
+) -> None:
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(0.01)  # no refill to speak of during the test
+    limit.LEASE_SECONDS = 60  # nor an expired lease, however slow the machine
+    quota = limit._actor
+    ray_session.get(quota.give_back.remote(1), timeout=60)  # one token in the bucket
+
+    async def run() -> None:
+        await limit.take()
+        assert ray_session.get(quota.level.remote(), timeout=60) < 0.1  # leased
+        limit.give_back()  # its request was not sent: back into this process's lease
+        assert limit.tokens == 1.0
+        await limit.release()  # what the client's aclose does: the unused token goes back
+        assert limit.tokens == 0.0
+
+    asyncio.run(run())
+    assert ray_session.get(quota.level.remote(), timeout=60) >= 0.99
+
+
+def test_a_shared_quota_lease_expires(ray_session: Any) -> None:
+    """Tokens of a lease past ``LEASE_SECONDS`` are not spent, nor given back into."""
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(100)
+    limit.LEASE_SECONDS = 0.2
+
+    async def run() -> None:
+        await limit.take()
+        await limit.take()  # a lease of 2: one token left, until 0.2 s after it was asked for
+        await asyncio.sleep(0.25)  # this process's own clock passing, nothing else awaited
+        assert limit.tokens == 0.0
+        limit.give_back()
+        assert limit.tokens == 0.0
+        assert limit.wait() == 0.0  # nothing known of the quota's debt: the least is none
+
+    asyncio.run(run())
+
+
+def test_shared_quota_restarted_starts_empty(ray_session: Any) -> None:
+    from asyncsearch.ray import SharedRateLimit
+
+    limit = SharedRateLimit(0.1, burst=5)
+    quota = limit._actor
+    assert ray_session.get(quota.level.remote(), timeout=60) < 1  # the first start is empty too
+    ray_session.get(quota.give_back.remote(5), timeout=60)
+    assert ray_session.get(quota.level.remote(), timeout=60) == 5
+    # Its process dies (killed for sure before the next call is sent); Ray starts it again.
+    pid = ray_session.get(quota.__ray_call__.remote(lambda _: os.getpid()), timeout=60)
+    os.kill(pid, signal.SIGKILL)
+    # The call goes to the restarted actor: a full bucket would let old leases pass the bound.
+    assert ray_session.get(quota.level.remote(), timeout=60) < 1
+
+
+def test_an_unreachable_quota_fails_the_waiting_requests_in_time_never_a_hang(
+    ray_session: Any,
+) -> None:
+    from asyncsearch.ray import QuotaUnavailableError, SharedRateLimit
+
+    @ray_session.remote(num_cpus=0)
+    class Silent:
+        def lease(self, tokens: int) -> Any:
+            time.sleep(120)  # never answers in time
+
+    limit = SharedRateLimit(100)
+    limit.timeout = 1.0
+    silent = Silent.remote()  # type: ignore[attr-defined]
+    limit._actor = silent
+
+    async def run() -> tuple[list[BaseException], float]:
+        started = time.monotonic()
+        results = await asyncio.gather(*(limit.take() for _ in range(10)), return_exceptions=True)
+        return [r for r in results if isinstance(r, BaseException)], time.monotonic() - started
+
+    try:
+        with RecordingServer() as server:
+            errors, elapsed = asyncio.run(run())
+            assert len(errors) == 10
+            assert all(isinstance(e, QuotaUnavailableError) for e in errors), errors
+            assert "did not answer within 1s; the request was not sent" in str(errors[0])
+            # Every request waiting for that lease failed with it: not ten timeouts in a row.
+            assert 1.0 <= elapsed < 5.0
+
+            async def call() -> None:
+                async with AsyncSearchClient(
+                    KEY, base_url=server.base_url, rate_limit=limit
+                ) as client:
+                    await client.get_extraction(str(uuid.uuid4()))
+
+            with pytest.raises(QuotaUnavailableError) as info:
+                asyncio.run(call())
+            assert info.value.attempts == 0
+            assert server.arrivals == []
+    finally:
+        ray_session.kill(silent)
+
+    # A quota actor that is gone for good fails the request at once.
+    gone = SharedRateLimit(100)
+    ray_session.kill(gone._actor, no_restart=True)
+    with pytest.raises(QuotaUnavailableError, match="cannot be reached"):
+        asyncio.run(gone.take())
+
+
+def test_read_search_under_a_shared_quota(
+    ray_session: Any, emu: ThreadedEmulator, base_id: str
+) -> None:
+    from asyncsearch.ray import QuotaUnavailableError, SharedRateLimit, read_search
+
+    emu.do(emu.emu.seed, n_resources=30, n_jobs=0, seed=5, base_id=base_id)
+    search = {"api_key": KEY, "base_url": emu.emu.base_url, "base_id": base_id, "page_size": 10}
+    limit = SharedRateLimit(50)
+    assert read_search(rate_limit=limit, **search).count() == 30
+    # The read task's client takes its tokens from the quota: with the quota gone, the read
+    # fails, and the error reaches the driver typed.
+    ray_session.kill(limit._actor, no_restart=True)
+    with pytest.raises(QuotaUnavailableError, match="cannot be reached"):
+        read_search(rate_limit=limit, **search).take_all()
