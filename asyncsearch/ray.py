@@ -331,10 +331,14 @@ class SharedRateLimit(RateLimit):
         self._until = self._asked + self.LEASE_SECONDS
         self._retry_at = time.monotonic() + retry_in
 
-    def give_back(self) -> None:
-        """Put back the token of a request not sent into this copy's lease (if not expired)."""
+    def give_back(self, tokens: int = 1) -> None:
+        """Put back the tokens of requests not sent into this copy's lease (if not expired).
+
+        Args:
+            tokens: How many.
+        """
         if time.monotonic() < self._until:
-            self._held = min(self.lease, self._held + 1)
+            self._held = min(self.lease, self._held + tokens)
 
     async def release(self) -> None:
         """Return this copy's unused lease to the quota (the client's ``aclose`` calls it; an
