@@ -153,9 +153,8 @@ async def _named(coroutine: Coroutine[Any, Any, T], *, name: str) -> T:
 
 
 class QuotaUnavailableError(AsyncSearchError):
-    """The quota actor of a ``SharedRateLimit`` did not answer within its ``timeout`` (10 s), or
-    is gone: the request was not sent, nor retried (in ``FetchExtractions``, the id's error row,
-    which ``unwritten_job_ids(..., retry_failed=True)`` gives back)."""
+    """A ``SharedRateLimit``'s quota actor is gone or did not answer within its ``timeout``: the
+    request was not sent, nor retried (``unwritten_job_ids(..., retry_failed=True)`` has it)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +171,7 @@ class _Quota:
         # Every start (Ray's restarts too) is empty, a lease lent ahead: see SharedRateLimit.
         self._level, self._stamp = 1.0 - lease, time.monotonic()
 
-    def level(self) -> float:
-        """The tokens in the bucket now (below 0 while a lease is lent ahead of the refill)."""
+    def level(self) -> float:  # below 0 while a lease is lent ahead of the refill
         now = time.monotonic()
         self._level = min(self.burst, self._level + (now - self._stamp) * self.per_second)
         self._stamp = now
@@ -194,31 +192,16 @@ class _Quota:
 class SharedRateLimit(RateLimit):
     """A ``RateLimit`` whose tokens come from one quota that every process it is sent to shares.
 
-    Made on the driver (after ``ray.init``), it starts a Ray actor holding the token bucket
-    (``per_second``, ``burst``): owned by the driver (not detached: it ends with the driver, or
-    once no copy is left), unique to this instance, ``num_cpus=0``, restarted by Ray if its
-    process dies (``max_restarts=-1``). The instance is picklable: give it as ``rate_limit`` to
-    ``FetchExtractions`` (in ``fn_constructor_kwargs``), ``read_search``, or an
-    ``AsyncSearchClient`` in any Ray task or actor. Each process gets a copy of its own, drawing
-    on the same quota, which the client uses as it uses a ``RateLimit``.
-
-    Leases, so a request costs no remote call: a copy takes at most ``lease`` tokens at once (a
-    tenth of ``per_second``, at least 1; twice what it spent of its last lease), one lease in
-    hand, spendable for ``LEASE_SECONDS`` (1 s) from when it was asked for; the client's
-    ``aclose`` gives the unused rest back (``release``). So in any ``t`` seconds all the copies
-    together send at most ``per_second * t + burst + lease * (copies + 1)`` requests: the
-    bucket's rule, plus the lease each copy holds and the one the quota lends ahead of its
-    refill. The quota actor starts empty, the first time and after a restart (so the leases of
-    its earlier life keep the bound). A worker that dies holding a lease loses only those tokens.
-    A lease not answered within ``timeout`` (10 s), or an actor Ray says is gone, fails the
-    requests waiting for it with ``QuotaUnavailableError`` (nothing sent); the next one asks again.
-
-    ``tokens`` (left of this copy's lease) and ``waiting`` are this process's view. ``wait`` is a
-    lower bound, never more than the real wait (0.0 when the lease holds a token for the request;
-    else what the quota last said plus this process's queue at the whole quota's rate): a wait
-    sure to pass the call's ``deadline`` or a direct call's ``Timeout.pool`` is not begun, and a
-    longer one is still cut at the deadline (nothing sent); without a deadline, a call may wait
-    past ``Timeout.pool``.
+    Made on the driver (after ``ray.init``), it starts one Ray actor of its own holding the
+    bucket, owned by the driver (not detached) and restarted by Ray (``max_restarts=-1``, empty
+    again). It is picklable: give it as ``rate_limit`` to ``FetchExtractions``, ``read_search``
+    or an ``AsyncSearchClient`` in any Ray task or actor; each process's copy leases at most
+    ``lease`` tokens at once (a tenth of ``per_second``, at least 1), spendable for
+    ``LEASE_SECONDS``, the rest given back by the client's ``aclose``. In any ``t`` seconds all
+    copies send at most ``per_second * t + burst + lease * (copies + 1)`` requests. A lease not
+    answered within ``timeout`` (10 s), or an actor Ray says is gone, fails the requests waiting
+    for it with ``QuotaUnavailableError`` (nothing sent). ``tokens`` and ``waiting`` are this
+    process's view; ``wait`` is a lower bound of the real wait. The Ray guide says more.
 
     Args:
         per_second: The tokens the quota gains per second: the rate of the whole export.
@@ -243,8 +226,7 @@ class SharedRateLimit(RateLimit):
         self._actor: Any = quota.remote(self.per_second, self.burst, self.lease)
         self._start()
 
-    def _start(self) -> None:
-        """This copy's state: nothing leased yet."""
+    def _start(self) -> None:  # this copy's state: nothing leased yet
         self.waiting = 0
         self._want, self._granted = 1, 0  # the size of the next lease; of the one in hand
         self._held, self._until, self._retry_at, self._asked = 0, -math.inf, -math.inf, 0.0
