@@ -671,40 +671,22 @@ def _too_large(limit: int) -> ResponseTooLargeError:
     )
 
 
-#: How each aiohttp error reads, and whether it may have reached the server: "connecting" (the
-#: connect phase: DNS, connect, TLS handshake, where aiohttp raises these and no byte of the
-#: request is written) or "maybe". The first match wins.
-_TRANSLATIONS: tuple[tuple[type[BaseException], type[APIConnectionError], str, str], ...] = (
-    (aiohttp.ConnectionTimeoutError, APITimeoutError, "timed out connecting: {}", "connecting"),
-    (
-        aiohttp.SocketTimeoutError,
-        APITimeoutError,
-        "timed out waiting for data from the server: {}",
-        "maybe",
-    ),
-    (TimeoutError, APITimeoutError, "the request ran past its total timeout ({})", "maybe"),
-    (aiohttp.ClientSSLError, APIConnectionError, "TLS failed: {}", "connecting"),
-    (aiohttp.ClientConnectorError, APIConnectionError, "connection failed: {}", "connecting"),
-    (
-        aiohttp.ClientPayloadError,
-        APIConnectionError,
-        "the response body was cut or malformed: {}",
-        "maybe",
-    ),
-    (
-        aiohttp.ServerDisconnectedError,
-        APIConnectionError,
-        "the server closed the connection without answering: {}",
-        "maybe",
-    ),
-    (
-        aiohttp.ClientResponseError,
-        APIConnectionError,
-        "the server sent a malformed response: {}",
-        "maybe",
-    ),
-    (Exception, APIConnectionError, "connection failed: {}", "maybe"),
-)
+#: What each aiohttp error says happened (the first match wins; every timeout is
+#: ``APITimeoutError``).
+_MESSAGES: dict[type[BaseException], str] = {
+    aiohttp.ConnectionTimeoutError: "timed out connecting",
+    aiohttp.SocketTimeoutError: "timed out waiting for data from the server",
+    TimeoutError: "the request ran past its total timeout",
+    aiohttp.ClientSSLError: "TLS failed",
+    aiohttp.ClientConnectorError: "connection failed",
+    aiohttp.ClientPayloadError: "the response body was cut or malformed",
+    aiohttp.ServerDisconnectedError: "the server closed the connection without answering",
+    aiohttp.ClientResponseError: "the server sent a malformed response",
+    Exception: "connection failed",
+}
+#: Raised only while aiohttp opens the connection (DNS, connect, TLS handshake), before any byte
+#: of the request is written: the server cannot have acted on it.
+_CONNECTING = (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError)
 
 
 def _translate(exc: Exception, *, sent: bool | None = None) -> AsyncSearchError:
@@ -725,7 +707,8 @@ def _translate(exc: Exception, *, sent: bool | None = None) -> AsyncSearchError:
             f"the proxy refused to open a tunnel to the service: {exc.status} {exc.message}",
             status_code=exc.status,
         )
-    kind, message, phase = next((k, m, p) for t, k, m, p in _TRANSLATIONS if isinstance(exc, t))
+    what = next(message for kind, message in _MESSAGES.items() if isinstance(exc, kind))
+    kind = APITimeoutError if isinstance(exc, TimeoutError) else APIConnectionError
     # A connect-phase type sent nothing, unless the record says otherwise (a redirect answered).
-    sent = sent is True if phase == "connecting" else sent is not False
-    return kind(message.format(detail), request_sent=sent)
+    sent = sent is True if isinstance(exc, _CONNECTING) else sent is not False
+    return kind(f"{what}: {detail}", request_sent=sent)
