@@ -338,16 +338,13 @@ class _Call(Generic[T]):
         limit = self.shared.rate_limit
         assert limit is not None
         if wait := limit.wait():
-            redirect = record.went_out  # a later request of an attempt under way
             if self.end is not None and anyio.current_time() + wait > self.end:
-                which = "a redirect" if redirect else "the next attempt" if self.last else "it"
-                waits = f"would pass in the {wait:.2f}s {which} waits for {limit!r}"
-                raise self.past_deadline(record, waits)
-            bound = None if self.pressure is not None or redirect else self.options.timeout.pool
-            if bound is not None and wait > bound:
+                raise self.past_deadline(record, wait)
+            first = self.pressure is None and not record.went_out  # a direct call's, not a redirect
+            if first and self.options.timeout.pool is not None and wait > self.options.timeout.pool:
                 raise PoolTimeoutError(
                     f"{limit!r} would hold the request {wait:.2f}s, longer than Timeout.pool="
-                    f"{bound:g}s; the request was not sent"
+                    f"{self.options.timeout.pool:g}s; the request was not sent"
                 )
         await limit.take()
 
@@ -358,21 +355,19 @@ class _Call(Generic[T]):
         if record.admitted > record.sent and self.shared.rate_limit is not None:
             self.shared.rate_limit.give_back(record.admitted - record.sent)
 
-    def past_deadline(self, record: Attempt, what: str | None = None) -> APITimeoutError:
-        """The deadline's error: ``what`` happened, else what the ``record`` shows it cut."""
+    def past_deadline(self, record: Attempt, wait: float | None = None) -> APITimeoutError:
+        """The deadline's error: it cut what ``record`` shows, or a token's ``wait`` passes it."""
         went = record.went_out
-        if what is None:
-            which = "the next attempt" if self.last else "the request"
-            what = (
-                f"passed during attempt {self.attempts + 1}"
-                if went
-                else f"passed while {which} waited for {_WAITING[record.phase - 1]}"
-            )
+        which = "a redirect" if went else "the next attempt" if self.last else "the request"
+        if wait is not None:
+            what = f"would pass in the {wait:.2f}s {which} waits for {self.shared.rate_limit!r}"
+        elif went:
+            what = f"passed during attempt {self.attempts + 1}"
+        else:
+            what = f"passed while {which} waited for {_WAITING[record.phase - 1]}"
         unsent = "" if went or self.last else ": it was not sent"
-        exc = APITimeoutError(
-            f"the call's deadline of {self.options.deadline:g}s {what}{unsent}",
-            request_sent=record.sent > 0,
-        )
+        deadline = f"the call's deadline of {self.options.deadline:g}s"
+        exc = APITimeoutError(f"{deadline} {what}{unsent}", request_sent=record.sent > 0)
         exc.retryable = False  # the deadline has passed, or will: no attempt may follow
         return exc
 
