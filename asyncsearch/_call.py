@@ -229,12 +229,10 @@ class _Call(Generic[T]):
             try:
                 response = await self.attempt(record)
             except APIConnectionError as exc:
-                if not record.went_out and isinstance(exc, APITimeoutError):
+                if not record.went_out and isinstance(exc, APITimeoutError) and self.last:
                     # Stopped before it was sent (the deadline, Timeout.pool, the rate limit):
-                    # the last real error says what happened.
-                    raise (
-                        exc if self.last is None else self.stop(self.last, exc.message)
-                    ) from None
+                    # the last real error says what happened (else this one, never retried).
+                    raise self.stop(self.last, exc.message) from None
                 if not protocol.is_retryable_connection_error(exc, idempotent=idempotent):
                     raise
                 error: AsyncSearchError = exc

@@ -408,10 +408,10 @@ def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[I
 
 def _stops_bulk(error: AsyncSearchError) -> bool:
     """Whether ``error`` of one id stops a bulk call: every other id would get it too (a 401 or
-    403, a proxy's 407, a key provider that fails)."""
-    if isinstance(error, ProxyError):
-        return error.status_code == 407
-    return isinstance(error, AuthenticationError | PermissionDeniedError | KeyProviderError)
+    403, a proxy's 407 (a proxy's error that may be retried, a 502, does not), a key provider
+    that fails)."""
+    stops = AuthenticationError | PermissionDeniedError | ProxyError | KeyProviderError
+    return isinstance(error, stops) and not getattr(error, "retryable", False)
 
 
 def _not_sent(refused: AsyncSearchError) -> AsyncSearchError:

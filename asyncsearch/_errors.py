@@ -172,9 +172,8 @@ class ProxyError(APIConnectionError):
             status_code: The proxy's answer.
             attempts: The attempts that went out, or ``None`` when none was counted.
         """
-        super().__init__(
-            message, attempts=attempts, retryable=status_code != 407, request_sent=False
-        )
+        refused = status_code == 407  # the proxy wants other credentials: never retried
+        super().__init__(message, attempts=attempts, retryable=not refused, request_sent=False)
         self.status_code = status_code
 
 
