@@ -953,10 +953,12 @@ class Secrets:
     def scrubbed(self, value: Any, *, shown: bool = True, depth: int = 0) -> Any:
         """``value`` if it shows no secret, else a scrubbed copy of the same type.
 
-        ``str``, ``bytes``, ``bytearray``, mappings (a credential header's value replaced by
-        name), lists, tuples (a named one too) and sets are copied as they are; another object
-        whose ``repr`` shows a secret becomes that scrubbed ``repr`` (only when ``shown``: an
-        exception's arguments, which its text shows), never changed in place.
+        ``str``, ``bytes``, ``bytearray``, ``dict`` (a credential header's value replaced by
+        name; another mapping becomes a ``dict``, aiohttp's headers stay a ``CIMultiDictProxy``),
+        ``list``, ``tuple`` (a named one too) and ``set`` are copied as they are (a subclass as
+        its plain type); another object whose ``repr`` shows a secret becomes that scrubbed
+        ``repr`` (only when ``shown``: an exception's arguments, which its text shows). Nothing
+        is changed in place.
         """
         if isinstance(value, str):
             return self.redact(value)
@@ -986,10 +988,8 @@ class Secrets:
             return CIMultiDictProxy(CIMultiDict(parts))
         if hasattr(value, "_make"):  # a named tuple (aiohttp's RequestInfo)
             return value._make(parts)
-        try:
-            return type(value)(parts)
-        except Exception:  # a type that is not made from its items: the plain one
-            return (dict if isinstance(value, Mapping) else type(value).__mro__[-2])(parts)
+        # Of its own type if a plain one (a dict, a list, ...), else of the plain one it is.
+        return (dict if isinstance(value, Mapping) else type(value).__mro__[-2])(parts)
 
     def scrub(self, error: BaseException) -> None:
         """Take the secrets out of ``error`` and all it leads to: its arguments, notes and

@@ -101,7 +101,7 @@ class Attempt:
     ``phase`` is the phase under way. ``admitted`` counts the requests of the attempt its rate
     limit let out, ``sent`` those that went out (aiohttp ran its step that connects, writes the
     request and reads the answer's head: with a caller's session, which runs no recorder, every
-    request handed to aiohttp), ``answered`` those whose answer's head came back.
+    request handed to aiohttp): past the first, each followed a redirect, an answer.
 
     For the request under way, the SDK's own client middlewares record what aiohttp did:
     ``__call__`` is the innermost one and sees exactly that step (``sends`` counts the times it
@@ -115,11 +115,11 @@ class Attempt:
     too, at ~15% of a request's CPU.)
     """
 
-    __slots__ = ("admitted", "answered", "cancelled", "error", "phase", "response", "sends", "sent")
+    __slots__ = ("admitted", "cancelled", "error", "phase", "response", "sends", "sent")
 
     def __init__(self) -> None:
         self.phase = PREPARE
-        self.admitted = self.sent = self.answered = 0
+        self.admitted = self.sent = 0
         self.next_request()
 
     def next_request(self) -> None:
@@ -168,7 +168,6 @@ class Attempt:
             self.error = exc
             self.cancelled = isinstance(exc, asyncio.CancelledError)  # outer has the last say
             raise
-        self.answered += 1
         return self.response
 
     async def outer(
@@ -526,7 +525,7 @@ def classify(exc: Exception, record: Attempt | None) -> BaseException:
     if timer or (inner is not None and (exc is inner or exc.__cause__ is inner)):
         # Connect-phase errors say by their type that nothing went out, unless an earlier
         # request of this attempt was answered; the timer may fire before anything was sent.
-        went_out = record.answered > 0 or record.response is not None or (timer and record.sends)
+        went_out = record.sent > 1 or record.response is not None or (timer and record.sends)
         return _translate(exc, sent=True if went_out else None if record.sends else False)
     return exc
 
