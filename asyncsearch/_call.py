@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -114,8 +114,7 @@ class APIResponse(Generic[T]):
     @property
     def headers(self) -> Mapping[str, str]:
         # Scrubbed here, where they leave the client, not for every answer of a bulk fetch.
-        headers: Mapping[str, str] = self._secrets.scrubbed(self._response.headers)
-        return headers
+        return cast("Mapping[str, str]", self._secrets.scrubbed(self._response.headers))
 
     @property
     def elapsed(self) -> float:
@@ -348,8 +347,7 @@ class _Call(Generic[T]):
 
     def ended(self, record: Attempt) -> None:
         """Count the attempt if it went out; give back a token taken for a request not sent."""
-        if record.went_out:
-            self.attempts += 1
+        self.attempts += record.went_out  # counted once it went out
         if record.admitted > record.sent and self.shared.rate_limit is not None:
             self.shared.rate_limit.give_back(record.admitted - record.sent)
 

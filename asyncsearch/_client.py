@@ -406,12 +406,10 @@ def _result_of(outcome: Outcome[Id, ExtractionResult[Id]]) -> ExtractionResult[I
     return ExtractionFailure(job_id=outcome.item, error=error)
 
 
-def _stops_bulk(error: AsyncSearchError) -> bool:
-    """Whether ``error`` of one id stops a bulk call: every other id would get it too (a 401 or
-    403, a proxy's 407 (a proxy's error that may be retried, a 502, does not), a key provider
-    that fails)."""
-    stops = AuthenticationError | PermissionDeniedError | ProxyError | KeyProviderError
-    return isinstance(error, stops) and not getattr(error, "retryable", False)
+#: The errors of one id that stop a bulk call, every other id would get them too: a 401 or 403,
+#: a key provider that fails, a proxy's 407 (a proxy's error that may be retried, a 502, does
+#: not: see ``_bulk_results``).
+_STOPS_BULK = (AuthenticationError, PermissionDeniedError, ProxyError, KeyProviderError)
 
 
 def _not_sent(refused: AsyncSearchError) -> AsyncSearchError:
@@ -1037,7 +1035,7 @@ def _bulk_results(
     # connections would only queue for the pool (each attempt takes one, inside it).
     pool_size = client._shared.transport.pool_size
     pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
-    # The error that stops the call (_stops_bulk): every id would get the same, so once one
+    # The error that stops the call (_STOPS_BULK): every id would get the same, so once one
     # comes, nothing more is sent and every id not sent yet gets the error too.
     refused: list[AsyncSearchError] = []
     span = LazySpan(client._options.tracer, name)
@@ -1062,7 +1060,7 @@ def _bulk_results(
             except AsyncSearchError as exc:
                 if client.is_closed:  # closed while this request was in flight
                     raise ClientClosedError("the client was closed during the bulk call") from exc
-                if _stops_bulk(exc):
+                if isinstance(exc, _STOPS_BULK) and not getattr(exc, "retryable", False):
                     refused.append(exc)
                 error = exc
             except Exception as exc:  # a middleware's own error: this id's, as its cause

@@ -937,8 +937,6 @@ class Secrets:
     they are taken out of an error on its way to the caller.
     """
 
-    __slots__ = ("texts",)
-
     def __init__(self, texts: Collection[str] = ()) -> None:
         # Longest first, so that "user:password" goes before the password alone.
         self.texts = tuple(sorted({text for text in texts if text}, key=len, reverse=True))
@@ -946,8 +944,7 @@ class Secrets:
     def redact(self, text: str) -> str:
         """``text`` with every secret, and every credential header's value, replaced."""
         for secret in self.texts:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
+            text = text.replace(secret, REDACTED)
         return _HEADER_IN_TEXT.sub(r"\1" + REDACTED, text)
 
     def scrubbed(self, value: Any, *, shown: bool = True, depth: int = 0) -> Any:

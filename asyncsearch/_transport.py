@@ -145,8 +145,7 @@ class Attempt:
         self.phase = SEND
         if hop:
             self.next_request()
-        if not own:
-            self.sent += 1  # handed to aiohttp: all a caller's session lets us know
+        self.sent += not own  # a caller's session's: handed to aiohttp, all it lets us know
 
     def chain(self, middlewares: tuple[Any, ...]) -> tuple[Any, ...]:
         """The middlewares of one request, the recorders around the client's own."""
@@ -207,9 +206,8 @@ class Transport:
             raise ConfigurationError("proxy cannot be given with session=, which has its own")
         if not isinstance(proxy_auth, aiohttp.BasicAuth | None) or (proxy_auth and not proxy):
             raise ConfigurationError("proxy_auth must be an aiohttp.BasicAuth, given with proxy=")
-        self._proxy, self._proxy_headers, forms = _proxy_of(proxy, proxy_auth)
-        #: The proxy's credentials in every form the client knows them (see ``Secrets``).
-        self.secrets = frozenset(forms)
+        #: ``secrets``: the proxy's credentials in every form the client knows them (``Secrets``).
+        self._proxy, self._proxy_headers, self.secrets = _proxy_of(proxy, proxy_auth)
         self._session = session
         #: True when the session is this transport's own (no ``session=`` was passed).
         self.owns_session = session is None
@@ -456,7 +454,7 @@ async def _follow_redirects(
 
 def _proxy_of(
     proxy: object, auth: aiohttp.BasicAuth | None
-) -> tuple[yarl.URL | None, Mapping[str, str] | None, set[str]]:
+) -> tuple[yarl.URL | None, Mapping[str, str] | None, frozenset[str]]:
     """The proxy's URL, its credentials as the ``Proxy-Authorization`` header sent with each
     request, and every form of them to scrub (``Secrets``).
 
@@ -472,26 +470,23 @@ def _proxy_of(
         raise ConfigurationError("proxy must be an http:// or https:// URL (a str or a yarl.URL)")
     header, forms = None, set()
     if url is not None and url.user is not None:
-        login, password = url.user, url.password or ""
-        header = "Basic " + base64.b64encode(f"{login}:{password}".encode()).decode()
-        forms = _forms(login, password, url.raw_password, f"{url.raw_user}:{url.raw_password}")
+        password = url.password or ""
+        header = "Basic " + base64.b64encode(f"{url.user}:{password}".encode()).decode()
+        forms = _forms(password, url.raw_password)
         url = url.with_user(None)
     if auth is not None:
         header = auth.encode()
-        forms |= _forms(auth.login, auth.password)
+        forms |= _forms(auth.password)
     if header is None:
-        return url, None, forms
-    return url, {"Proxy-Authorization": header}, {*forms, header, header.split(" ")[-1]}
+        return url, None, frozenset(forms)
+    return url, {"Proxy-Authorization": header}, frozenset({*forms, header.split(" ")[-1]})
 
 
-def _forms(login: str, password: str, *raw: str | None) -> set[str]:
-    """A proxy's password and ``user:password``, as given and percent-encoded (and ``raw``, as
-    its URL gave them): every form a text may show them in, but the header's."""
-    if not password:
-        return set()
-    encoded = quote(password, safe="")
-    pair = f"{quote(login, safe='')}:{encoded}"
-    return {password, encoded, f"{login}:{password}", pair, *(r for r in raw if r)}
+def _forms(password: str, *raw: str | None) -> set[str]:
+    """A proxy's password, as given and percent-encoded (and ``raw``, as its URL gave it): with
+    the base64 of its header, every form a text may show the credentials in (``user:password``
+    holds the password)."""
+    return {password, quote(password, safe=""), *(r for r in raw if r)} if password else set()
 
 
 def classify(exc: Exception, record: Attempt | None) -> BaseException:
