@@ -6,7 +6,8 @@ that record, here:
 
 1. **prepare** (``_Call._phases``): with a key provider, the key, asked before the call's first
    attempt and once more after a 401. An async provider is asked one question at a time for every
-   call: a call that asks while a question is in flight takes its answer (``_Key.ask``).
+   call: a call that asks while a question is in flight takes its answer (``_Key.ask``); a bulk
+   call's ids take the answer given since the bulk call began.
 2. **connection** (``Transport.send``): a free connection of the pool; a direct call waits at most
    ``Timeout.pool`` (``PoolTimeoutError``), a bulk call without a limit.
 3. **admit** (``_Call.admit``, called by the transport with the connection in hand, before each
@@ -176,6 +177,7 @@ async def send(
     request: Request[T],
     span: CallSpan = NO_SPAN,
     pressure: AdaptiveConcurrency | None = None,
+    asked: int | None = None,
 ) -> APIResponse[T]:
     """Send a request with retries; return the success response or raise its error.
 
@@ -187,13 +189,15 @@ async def send(
         span: gets the retries.
         pressure: a bulk call's limit, told about successes and overload answers (429, 503,
             with their ``Retry-After``), so that the bulk call slows down as a whole.
+        asked: a bulk call's: the number of the key provider's answer when it began; an answer
+            given since is this request's key, not asked again (``_Key.ask``).
 
     Raises:
         AsyncSearchError: the call's error, its secrets scrubbed. A key provider's own error is
             raised as it is in a direct call, as ``KeyProviderError`` in a bulk call.
     """
     end = None if options.deadline is None else anyio.current_time() + options.deadline
-    call = _Call(shared, options, request, pressure, end, options.api_key)
+    call = _Call(shared, options, request, pressure, end, options.api_key, asked=asked)
     try:
         return await call.run(span)
     except Exception as exc:  # the one boundary an error of a call leaves through

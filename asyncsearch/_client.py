@@ -441,8 +441,8 @@ class AsyncSearchClient(AsyncClosing):
 
     Args:
         api_key: Sent as ``X-Api-Key``: a string, or a function (sync or async) returning it,
-            asked before each call and once more after a 401; defaults to env
-            ``ASYNCSEARCH_API_KEY``.
+            asked before each call (once for a bulk call) and once more after a 401; defaults
+            to env ``ASYNCSEARCH_API_KEY``.
         base_url: The service's URL, may carry a path prefix; env ``ASYNCSEARCH_BASE_URL``.
         base_id: Sends ``X-Service-Base-Id`` to run against that base.
         timeout: ``Timeout(connect=, read=, total=, pool=)`` per attempt, or seconds (the total,
@@ -1035,6 +1035,7 @@ def _bulk_results(
     # connections would only queue for the pool (each attempt takes one, inside it).
     pool_size = client._shared.transport.pool_size
     pressure = AdaptiveConcurrency(min(concurrency, pool_size or concurrency))
+    asked = call.api_key.asked  # a key provider's answer since the call began serves every id
     # The error that stops the call (_STOPS_BULK): every id would get the same, so once one
     # comes, nothing more is sent and every id not sent yet gets the error too.
     refused: list[AsyncSearchError] = []
@@ -1052,7 +1053,7 @@ def _bulk_results(
                 request = call.apply(protocol.get_extraction(job_id, format=format))
                 with span.child("get_extraction", request) as child:
                     client._check_open()
-                    response = await send(client._shared, call, request, child, pressure)
+                    response = await send(client._shared, call, request, child, pressure, asked)
                     child.answered(response)
                     return ExtractionSuccess(job_id=job_id, job=response.parse())
             except ClientClosedError:

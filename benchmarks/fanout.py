@@ -33,10 +33,7 @@ Each variant fetches and decodes the same jobs with at most ``--concurrency`` in
   connections is then the only bound);
 - ``httpx + pydantic``: ``httpx.AsyncClient`` bounded by a semaphore, ``model_validate_json``
   (the shape of a Stainless-generated SDK), on fewer requests (``--slow-requests``);
-- ``bare sequential``: one request at a time, on fewer requests too;
-- ``..., a string key`` and ``..., an async key provider (20 ms)``: 640 ids (the issue's figure)
-  with the client's key given as a string, and by an async provider that awaits 20 ms a
-  question: the calls asking while a question is in flight share its answer.
+- ``bare sequential``: one request at a time, on fewer requests too.
 
 Reported: requests per second (wall time, ``perf_counter``), the client's CPU time per request
 in microseconds (``process_time`` of this process over the requests made; the server's CPU is
@@ -94,10 +91,6 @@ NO_READ = "asyncsearch gather_extractions, Timeout(read=None)"
 UNBOUNDED = "bare, unbounded asyncio.gather"
 HTTPX = "httpx + pydantic"
 SEQUENTIAL = "bare sequential"
-KEYED = "asyncsearch gather_extractions, a string key"
-PROVIDED = "asyncsearch gather_extractions, an async key provider (20 ms)"
-#: Ids of the two key rows: the issue's 640, at the run's concurrency.
-PROVIDER_IDS = 640
 
 Fetch = Callable[[str, list[str], int], Awaitable[int]]
 
@@ -149,19 +142,6 @@ async def sdk_calls_untraced(base_url: str, ids: list[str], concurrency: int) ->
 async def sdk_gather_no_read_timeout(base_url: str, ids: list[str], concurrency: int) -> int:
     no_read = Timeout(read=None)
     async with AsyncSearchClient(api_key=API_KEY, base_url=base_url, timeout=no_read) as client:
-        results = await client.gather_extractions(ids, concurrency=concurrency)
-    return sum(1 for r in results if r.ok)
-
-
-async def sdk_gather_provided(base_url: str, ids: list[str], concurrency: int) -> int:
-    """Every id a call of its own that asks the provider for its key before it is sent: calls
-    asking while a question is in flight share it (one question for the 64 in flight)."""
-
-    async def provider() -> str:
-        await asyncio.sleep(0.02)  # a secrets manager on the network
-        return API_KEY
-
-    async with AsyncSearchClient(api_key=provider, base_url=base_url) as client:
         results = await client.gather_extractions(ids, concurrency=concurrency)
     return sum(1 for r in results if r.ok)
 
@@ -308,8 +288,6 @@ async def _run(args: argparse.Namespace, base_url: str) -> dict[str, list[Measur
         UNBOUNDED: (bare_unbounded, ids),
         HTTPX: (httpx_pydantic, few),
         SEQUENTIAL: (bare_sequential, few),
-        KEYED: (sdk_gather, ids[:PROVIDER_IDS]),
-        PROVIDED: (sdk_gather_provided, ids[:PROVIDER_IDS]),
     }
     async with aiohttp.ClientSession() as stats:
         # One untimed pass of each variant: imports, first connections, caches.
@@ -468,20 +446,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     note=f"{v[name]['gc_per_1000']:.1f} against {base['gc_per_1000']:.1f}",
                 )
             )
-    # A key provider that takes 20 ms a question: the calls in flight share one (issue 45:
-    # 15.1 s for 640 ids before, asked one after another).
-    keyed_wall = v[KEYED]["requests"] / v[KEYED]["rps"]
-    provided_wall = v[PROVIDED]["requests"] / v[PROVIDED]["rps"]
-    targets.add(
-        Target(
-            f"{int(v[KEYED]['requests'])} ids with an async key provider (20 ms) vs a string key: "
-            "time / (1.5 x the string key's + 0.1 s)",
-            provided_wall / (1.5 * keyed_wall + 0.1),
-            1.0,
-            higher_is_better=False,
-            note=f"{provided_wall:.2f} s against {keyed_wall:.2f} s",
-        )
-    )
     otel = importlib.util.find_spec("opentelemetry") is not None
     traced_note = (
         "the OpenTelemetry SDK configured: spans and the duration histogram recorded"

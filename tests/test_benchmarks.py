@@ -34,7 +34,8 @@ def _child_processes() -> set[int]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "script", ["columnar", "decode", "fanout", "instructions", "paging", "startup", "sync"]
+    "script",
+    ["columnar", "decode", "fanout", "instructions", "key_provider", "paging", "startup", "sync"],
 )
 def test_benchmark_script_runs_quick(
     script: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

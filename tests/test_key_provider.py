@@ -170,9 +170,10 @@ async def test_a_string_key_is_not_retried_after_a_401(serve: Serve) -> None:
 
 
 async def test_a_401_storm_in_a_bulk_call_asks_the_provider_once(serve: Serve) -> None:
-    """200 ids, all refused, 8 at a time: each of the 8 calls in flight asked for its key, and
-    the storm of 401s asks once more (the call holding the newest key asks; the others retry
-    with that key): 8 + 1 = 9 questions, 2 requests per call in flight, none for the rest."""
+    """200 ids, all refused, 8 at a time: the bulk call asks for its key once (its first id;
+    every other id takes the answer given since the call began), and the storm of 401s asks
+    once more (the call holding that key asks; the others retry with the new one): 2
+    questions, 2 requests per call in flight, none for the rest."""
     concurrency = 8
     provider = Provider(is_async=False)
     arrived = asyncio.Event()
@@ -191,10 +192,11 @@ async def test_a_401_storm_in_a_bulk_call_asks_the_provider_once(serve: Serve) -
             results = await client.gather_extractions(IDS, concurrency=concurrency)
     assert all(isinstance(r, ExtractionFailure) for r in results)
     assert all(isinstance(r.error, AuthenticationError) for r in results)
-    assert provider.asks == concurrency + 1
+    assert provider.asks == 2
     assert len(server.seen) == 2 * concurrency
+    assert sent_keys(server)[:concurrency] == [f"{API_KEY}-1"] * concurrency
     # Every second request sent the one key the refresh got.
-    assert sent_keys(server)[concurrency:] == [f"{API_KEY}-{concurrency + 1}"] * concurrency
+    assert sent_keys(server)[concurrency:] == [f"{API_KEY}-2"] * concurrency
 
 
 async def test_a_401_storm_under_a_rate_limit_asks_the_provider_once(serve: Serve) -> None:
@@ -349,3 +351,31 @@ async def test_calls_asking_while_a_question_is_in_flight_take_its_answer(serve:
             await asyncio.gather(first, *others)
     assert asks == 1
     assert sent_keys(server) == [f"{API_KEY}-1"] * 10
+
+
+async def test_a_bulk_call_asks_once_and_a_rotated_key_comes_after_a_401(serve: Serve) -> None:
+    """Issue 45's time: a question of 20 ms asked by every id of a bulk call made each wave of
+    calls wait for one (640 ids at 64 in flight: 10 questions, 0.3 s against 0.1 s with a
+    string key). The ids take the answer given since the call began; the provider's next key
+    comes after a 401 (a rotation mid-call), one question for every id in flight."""
+    provider = Provider(is_async=True)
+    served = 0
+    answer = keys_service(lambda key: served > 50 and key.endswith("-1"))
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal served
+        served += 1
+        return await answer(request)
+
+    server = await serve(handler)
+    async with AsyncSearchClient(provider, base_url=server.base_url) as client:
+        async with asyncio.timeout(BOUND):
+            results = await client.gather_extractions(IDS, concurrency=16)
+    assert all(result.ok for result in results)
+    assert provider.asks == 2  # once before the first id; once after the first 401
+    keys = sent_keys(server)
+    assert keys[:50] == [f"{API_KEY}-1"] * 50
+    assert set(keys) == {f"{API_KEY}-1", f"{API_KEY}-2"}
+    refused = keys.count(f"{API_KEY}-1") - 50
+    assert 1 <= refused <= 16  # the ids in flight at the rotation, each refused once
+    assert keys.count(f"{API_KEY}-2") == len(IDS) - 50
