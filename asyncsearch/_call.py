@@ -276,11 +276,8 @@ class _Call(Generic[T]):
 
     def answer(self, response: Response) -> APIResponse[T]:
         answer: APIResponse[T] = APIResponse.__new__(APIResponse)
-        answer._request = self.request
-        answer._response = response
-        answer._parsed = None
-        answer._secrets = self.options.secrets
-        answer.attempts = self.attempts
+        answer._request, answer._response, answer._parsed = self.request, response, None
+        answer._secrets, answer.attempts = self.options.secrets, self.attempts
         return answer
 
     async def attempt(self, record: Attempt) -> Response:
