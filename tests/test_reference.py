@@ -1,5 +1,5 @@
 """The API reference as the site renders it: griffe's reading of the package, through the
-extension the site loads (tools/griffe_public_api.py), with the docstring style mkdocs.yml sets.
+extension the site loads (docs/griffe_public_api.py), with the docstring style mkdocs.yml sets.
 
 - every parameter of a public callable is documented in its docstring's ``Args:`` section, and
   nothing documented there is missing from the signature;
@@ -34,7 +34,7 @@ MKDOCS = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
 
 def _extension() -> object:
     spec = importlib.util.spec_from_file_location(
-        "griffe_public_api", ROOT / "tools" / "griffe_public_api.py"
+        "griffe_public_api", ROOT / "docs" / "griffe_public_api.py"
     )
     assert spec is not None
     assert spec.loader is not None
@@ -153,7 +153,7 @@ def _documented(obj: griffe.Object) -> set[str]:
 def test_the_site_parses_google_docstrings_through_the_extension() -> None:
     assert re.search(r"^\s+docstring_style: google$", MKDOCS, re.M)
     assert re.search(r"^\s+merge_init_into_class: true$", MKDOCS, re.M)
-    assert "tools/griffe_public_api.py" in MKDOCS
+    assert "docs/griffe_public_api.py" in MKDOCS
 
 
 def test_every_parameter_of_a_public_callable_is_documented(package: griffe.Module) -> None:
