@@ -89,6 +89,7 @@ import random
 import re
 import socket
 import ssl
+import threading
 import traceback
 import uuid
 from collections import Counter, defaultdict
@@ -116,6 +117,7 @@ from asyncsearch import (
     RateLimitError,
     ResponseTooLargeError,
     RetryPolicy,
+    SearchClient,
     SearchHit,
     SearchPage,
     Timeout,
@@ -178,6 +180,7 @@ THEMES = (
     "key-failing",
     "bulk-deadline",
     "size-cap",
+    "blocking",
 )
 SERVICE_NAME = "search.invalid"  # reached only through the plan's proxy
 PROXY_LOGIN, PROXY_PASSWORD = "team", "pr0xy-S3cret-DO-NOT-LOG"
@@ -249,6 +252,8 @@ class Plan:
     proxy: str | None = None
     redirects: int = 0
     cap: int | None = None
+    #: Every call made through a ``SearchClient`` (the blocking client), from a thread.
+    blocking: bool = False
 
     def __str__(self) -> str:
         calls = "\n    ".join(repr(call) for call in self.calls)
@@ -260,6 +265,7 @@ class Plan:
                 ("proxy", self.proxy),
                 ("redirects", self.redirects),
                 ("cap", self.cap),
+                ("blocking", self.blocking or None),
             )
             if value not in (None, 0, "string")
         ]
@@ -372,6 +378,13 @@ def _themed(plan: Plan, rng: random.Random) -> Plan:
     theme = THEMES[plan.seed % len(THEMES)]
     plain = dataclasses.replace(plan, theme=theme)
     direct = ("get", "search-incognito")
+    if theme == "blocking":
+        # The mixed knobs, every call through SearchClient from a thread of its own: ids from
+        # a list (an async source is the caller's loop's), no cancellation (a thread's wait is
+        # not cancelled with the task waiting for it).
+        calls = tuple(dataclasses.replace(c, source="list", cancel=False) for c in plan.calls)
+        mixed = _themed(dataclasses.replace(plan, seed=0, calls=calls), rng)
+        return dataclasses.replace(mixed, seed=plan.seed, theme=theme, blocking=True)
     if theme == "mixed":
         redirects = rng.choice((0, 0, 0, 1, 2))
         calls = plan.calls
@@ -430,11 +443,12 @@ def _themed(plan: Plan, rng: random.Random) -> Plan:
             plain, calls=calls, proxy=rng.choice(("tunnel-407", "tunnel-502"))
         )
     if theme == "key-failing":
+        # A bulk call first: its ids must name the provider, and stop at its first failure.
         kinds = (*direct, "search", "pages", *BULK_KINDS, *BULK_KINDS)
         calls = tuple(
             Call(
                 f"c{i}",
-                rng.choice(kinds),
+                rng.choice(BULK_KINDS if i == 0 else kinds),
                 concurrency=rng.randint(1, 3),
                 id_faults=_ids(rng, rng.randint(2, 6)),
             )
@@ -1153,6 +1167,31 @@ class Example:
         async with client.iter_extractions(ids, concurrency=call.concurrency, **options) as results:
             return [result async for result in results]
 
+    def run_blocking(self, client: SearchClient, call: Call) -> Any:
+        """``run_call`` through the blocking client, in a thread of the caller's."""
+        options: dict[str, Any] = {}
+        if call.middleware is not None:
+            options["middlewares"] = [self.middlewares[call.middleware]]
+        if call.deadline is not None:
+            options["deadline"] = call.deadline
+        if call.kind in ("search", "search-incognito"):
+            incognito = call.kind == "search-incognito"
+            return client.search(self.texts[call.name], incognito=incognito or None, **options)
+        if call.kind == "get":
+            job = self.ids[call.name][0]
+            response = client.with_raw_response.get_extraction(job, **options)
+            self.ran[call.name].attempts[job] = response.attempts
+            return response.parse()
+        if call.kind in WALK_KINDS:
+            walk = client.search_pages if call.kind == "pages" else client.search_hits
+            with walk(self.texts[call.name], page_size=2, **options) as items:
+                return list(items)
+        ids = list(self.ids[call.name])
+        if call.kind == "gather":
+            return client.gather_extractions(ids, concurrency=call.concurrency, **options)
+        with client.iter_extractions(ids, concurrency=call.concurrency, **options) as results:
+            return list(results)
+
     async def get(
         self, client: AsyncSearchClient, call: Call, job: str, options: dict[str, Any]
     ) -> ExtractionJob:
@@ -1201,7 +1240,7 @@ class Example:
             assert fetched.id == probe
             yield job
 
-    async def play(self, client: AsyncSearchClient, call: Call) -> None:
+    async def play(self, client: AsyncSearchClient | SearchClient, call: Call) -> None:
         if call.after is not None:
             after = call.after
             await self.until(
@@ -1221,7 +1260,10 @@ class Example:
             else loop.call_at(due, lambda: setattr(ran, "lag", loop.time() - due))
         )
         try:
-            ran.value = await self.run_call(client, call)
+            if isinstance(client, SearchClient):
+                ran.value = await asyncio.to_thread(self.run_blocking, client, call)
+            else:
+                ran.value = await self.run_call(client, call)
         except Exception as exc:
             ran.error = exc
         finally:
@@ -1285,7 +1327,8 @@ class Example:
             options["rate_limit"] = RateLimit(plan.rate[0], burst=plan.rate[1])
         if plan.cap is not None:
             options["max_response_bytes"] = plan.cap
-        client = AsyncSearchClient(
+        make = SearchClient if plan.blocking else AsyncSearchClient
+        client = make(
             API_KEY if plan.key == "string" else self.provide,
             max_connections=plan.pool,
             timeout=Timeout(pool=POOL_WAIT + self.wire_time()),
@@ -1310,10 +1353,20 @@ class Example:
             await self.finish_or_stop(watchers)
             await turns(20)
             left = [task.get_name() for task in client_tasks()]
+            if isinstance(client, SearchClient):
+                left = await asyncio.to_thread(_blocking_tasks, client)
             if left:
                 self.violations.append(f"SDK tasks left once every call ended: {left}")
         finally:
-            await client.aclose()
+            if isinstance(client, SearchClient):
+                await asyncio.to_thread(client.close)
+                threads = [
+                    t.name for t in threading.enumerate() if t.name.startswith("asyncsearch.")
+                ]
+                if threads:
+                    self.violations.append(f"threads of the client left once closed: {threads}")
+            else:
+                await client.aclose()
             try:
                 async with asyncio.timeout(CLOSE_BOUND):
                     await proxy.idle.wait()
@@ -1682,6 +1735,19 @@ class Example:
             self.check_arrivals(call, f"id {job[:8]}", job, want)
             error = got if isinstance(got, BaseException) else None
             self.check_outcome(call, f"id {job[:8]}", want, None if error else got, error)
+
+
+def _blocking_tasks(client: SearchClient) -> list[str]:
+    """The unfinished tasks of a ``SearchClient``'s loop but the one that keeps it running."""
+    running = client._runner.running
+    if running is None:
+        return []
+
+    async def names() -> list[str]:
+        main, this = "asyncsearch.SearchClient.main", asyncio.current_task()
+        return [t.get_name() for t in asyncio.all_tasks() if t is not this and t.get_name() != main]
+
+    return asyncio.run_coroutine_threadsafe(names(), running[0]).result()
 
 
 def _chain(error: BaseException) -> list[BaseException]:
