@@ -568,7 +568,7 @@ async def extract_many(ctx: Context) -> int:
 
     ctx.runtime.on_signal = on_signal
 
-    def refuse(result: ExtractionResult) -> None:
+    def write(result: ExtractionResult) -> None:
         if parquet is not None:
             parquet.write(result)
         else:
@@ -576,7 +576,7 @@ async def extract_many(ctx: Context) -> int:
             out.write(_line(result, ctx))
             out.flush()
 
-    export.refuse = refuse
+    export.refuse = write  # a line of ids refused before it is sent: written as any result
     started = time.monotonic()
     task = progress.add_task("fetching", total=total, failed=0)
     lines = None if args.quiet or terminal else _ProgressLines(export, total, started)
@@ -596,12 +596,7 @@ async def extract_many(ctx: Context) -> int:
                     if isinstance(result.error, AuthenticationError):
                         # Every other id would fail the same way: stop, and record nothing.
                         raise result.error
-                    if parquet is not None:
-                        parquet.write(result)
-                    else:
-                        assert out is not None
-                        out.write(_line(result, ctx))
-                        out.flush()
+                    write(result)
                     if result.ok:
                         export.fetched_ok += 1
                     else:
