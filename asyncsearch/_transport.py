@@ -134,12 +134,6 @@ class Attempt:
         """Whether the attempt reached phase 4 (its first request, or a later one of it)."""
         return self.sent > 0 or self.phase >= SEND
 
-    async def admit(self, admit: Callable[[Attempt], Awaitable[None]]) -> None:
-        """Phase 3 of a request: ``admit`` lets it out (its rate-limit token)."""
-        self.phase = ADMIT
-        await admit(self)
-        self.admitted += 1
-
     def send(self, hop: int, own: bool) -> None:
         """Phase 4 of request ``hop`` (0: the attempt's first, then its redirects)."""
         self.phase = SEND
@@ -381,9 +375,7 @@ async def _follow_redirects(
     own: bool,
     proxy: Mapping[str, str] | None = None,
 ) -> Response:
-    """Send the attempt, following same-origin redirects, and read the final response. On the
-    SDK's ``own`` session each request runs the client's middlewares inside the record's
-    recorders; a caller's session runs its own, unrecorded."""
+    """Send the attempt, following same-origin redirects, and read the final response."""
     method, url, body = request.method, options.base_url + request.target, request.body
     headers = options.headers_without_body if body is None else options.headers_with_body
     if proxy is not None and url.startswith("http:"):
@@ -399,8 +391,10 @@ async def _follow_redirects(
     status = 0
     parsed = _request_url(options.base_url, request.target)
     for hop in range(options.max_redirects + 1):
-        if admit is not None:
-            await record.admit(admit)
+        if admit is not None:  # phase 3: the call lets the request out (its rate-limit token)
+            record.phase = ADMIT
+            await admit(record)
+            record.admitted += 1
         record.send(hop, own)
         try:
             async with session.request(
