@@ -311,15 +311,15 @@ class _Key:
                 self._value = _check_text("the key the api_key provider returned", key)
                 self.asked += 1
                 flight.set_result((self._value, self.asked))
-            except BaseException as exc:
-                if isinstance(exc, Exception):
-                    flight.set_exception(exc)
-                    flight.exception()  # retrieved here: nobody may have joined
-                else:
-                    flight.cancel()  # this call was cancelled as it asked: the others ask again
+            except Exception as exc:
+                flight.set_exception(exc)
+                flight.exception()  # retrieved here: nobody may have joined
                 raise
             finally:
                 self._flight = None
+                # Answered, this does nothing; else this call was cancelled (or interrupted) as
+                # it asked: the calls that joined ask again.
+                flight.cancel()
             break
         return self._value, self.asked
 

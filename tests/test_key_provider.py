@@ -353,6 +353,68 @@ async def test_calls_asking_while_a_question_is_in_flight_take_its_answer(serve:
     assert sent_keys(server) == [f"{API_KEY}-1"] * 10
 
 
+async def test_a_call_cancelled_as_it_asks_leaves_the_question_to_the_calls_that_joined(
+    serve: Serve,
+) -> None:
+    """The call whose task asks the provider is cancelled while the question is in flight: the
+    calls that joined it are not left waiting for an answer that never comes (a hang); one of
+    them asks again, and they all take that answer."""
+    server = await serve(keys_service(lambda key: False))
+    entered = [asyncio.Event(), asyncio.Event()]
+    gate = asyncio.Event()
+    asks = 0
+
+    async def slow() -> str:
+        nonlocal asks
+        asks += 1
+        entered[asks - 1].set()
+        await gate.wait()
+        return f"{API_KEY}-{asks}"
+
+    async with AsyncSearchClient(slow, base_url=server.base_url) as client:
+        asker = asyncio.create_task(client.get_extraction(JOB_ID))
+        async with asyncio.timeout(BOUND):
+            await entered[0].wait()
+            joined = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:3]]
+            await turns()  # each runs to its ask, which joins the question in flight
+            asker.cancel()
+            await entered[1].wait()  # one of them asked again, the others joined that question
+            gate.set()
+            await asyncio.gather(*joined)
+        with pytest.raises(asyncio.CancelledError):
+            await asker
+    assert asks == 2
+    assert sent_keys(server) == [f"{API_KEY}-2"] * 3
+
+
+async def test_calls_that_joined_a_failing_question_get_its_error(serve: Serve) -> None:
+    """The provider fails while other calls wait for its answer: each of them raises that error
+    (a direct call raises the provider's own error), and the provider is asked once."""
+    server = await serve(keys_service(lambda key: False))
+    entered, gate = asyncio.Event(), asyncio.Event()
+    asks = 0
+
+    async def failing() -> str:
+        nonlocal asks
+        asks += 1
+        entered.set()
+        await gate.wait()
+        raise LookupError("the vault is sealed")
+
+    async with AsyncSearchClient(failing, base_url=server.base_url) as client:
+        first = asyncio.create_task(client.get_extraction(JOB_ID))
+        async with asyncio.timeout(BOUND):
+            await entered.wait()
+            joined = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:3]]
+            await turns()  # each runs to its ask, which joins the question in flight
+            gate.set()
+            outcomes = await asyncio.gather(first, *joined, return_exceptions=True)
+    assert [type(outcome) for outcome in outcomes] == [LookupError] * 4
+    assert all(str(outcome) == "the vault is sealed" for outcome in outcomes)
+    assert asks == 1
+    assert server.seen == []
+
+
 async def test_a_bulk_call_asks_once_and_a_rotated_key_comes_after_a_401(serve: Serve) -> None:
     """Issue 45's time: a question of 20 ms asked by every id of a bulk call made each wave of
     calls wait for one (640 ids at 64 in flight: 10 questions, 0.3 s against 0.1 s with a
