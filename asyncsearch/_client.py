@@ -517,11 +517,19 @@ class AsyncSearchClient(AsyncClosing):
                 raise ConfigurationError(f"api_key is missing: pass api_key= or set {ENV_API_KEY}")
         base_url = os.environ.get(ENV_BASE_URL) if base_url is None else base_url
         given = locals()  # the options of OptionChanges, by their names
-        pool = (session, max_connections, trust_env, proxy, proxy_auth, retry_budget, rate_limit)
-        self._shared = _shared(*pool)
+        # The pool's options checked first: the transport, the retry budget, the rate limit.
+        check_number("max_connections", max_connections, minimum=1, error=ConfigurationError)
+        if not isinstance(trust_env, bool):
+            raise ConfigurationError("trust_env must be a bool")
+        if not isinstance(retry_budget, RetryBudget | NotGiven | None):
+            raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
+        if not isinstance(rate_limit, RateLimit | None):
+            raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
+        transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
+        budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
+        self._shared = Shared(transport, budget, rate_limit)
         values = {name: given[name] for name in OPTION_NAMES}
-        secrets = self._shared.transport.secrets
-        options = Options.make(values, user_agent=USER_AGENT, proxy_secrets=secrets)
+        options = Options.make(values, user_agent=USER_AGENT, proxy_secrets=transport.secrets)
         self._options = self._sendable(options, ConfigurationError)
         self._owns_transport = True
         self._closed = False
@@ -941,28 +949,6 @@ async def _polled(
     except BaseException as exc:
         span.end(exc)
         raise
-
-
-def _shared(
-    session: aiohttp.ClientSession | None,
-    max_connections: int,
-    trust_env: bool,
-    proxy: str | yarl.URL | None,
-    proxy_auth: aiohttp.BasicAuth | None,
-    retry_budget: RetryBudget | NotGiven | None,
-    rate_limit: RateLimit | None,
-) -> Shared:
-    """The pool of a new client, its options checked: the transport, retry budget, rate limit."""
-    check_number("max_connections", max_connections, minimum=1, error=ConfigurationError)
-    if not isinstance(trust_env, bool):
-        raise ConfigurationError("trust_env must be a bool")
-    if not isinstance(retry_budget, RetryBudget | NotGiven | None):
-        raise ConfigurationError("retry_budget must be an asyncsearch.RetryBudget or None")
-    if not isinstance(rate_limit, RateLimit | None):
-        raise ConfigurationError("rate_limit must be an asyncsearch.RateLimit or None")
-    transport = Transport(session, max_connections, trust_env, proxy, proxy_auth)
-    budget = RetryBudget() if isinstance(retry_budget, NotGiven) else retry_budget
-    return Shared(transport, budget, rate_limit)
 
 
 def _check_page(client: AsyncSearchClient, name: str, page: object) -> None:
