@@ -326,30 +326,48 @@ async def test_a_call_cut_off_while_the_provider_answers_spends_no_token(serve: 
     assert server.seen == []
 
 
+class HeldProvider:
+    """An async provider whose questions wait for ``gate``: ``asked[n]`` is set as question
+    ``n + 1`` begins. It answers ``<API_KEY>-<asks>``, or raises ``error``."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.asks = 0
+        self.asked = [asyncio.Event(), asyncio.Event()]
+        self.gate = asyncio.Event()
+        self.error = error
+
+    async def __call__(self) -> str:
+        self.asks += 1
+        self.asked[self.asks - 1].set()
+        await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return f"{API_KEY}-{self.asks}"
+
+
+async def ask_and_join(
+    client: AsyncSearchClient, provider: HeldProvider, joining: int
+) -> tuple[asyncio.Task[Any], list[asyncio.Task[Any]]]:
+    """A call that asks ``provider`` (held), then ``joining`` calls that join its question."""
+    asker = asyncio.create_task(client.get_extraction(JOB_ID))
+    await provider.asked[0].wait()
+    joined = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:joining]]
+    await turns()  # each runs to its ask, which joins the question in flight
+    return asker, joined
+
+
 async def test_calls_asking_while_a_question_is_in_flight_take_its_answer(serve: Serve) -> None:
     """Before: one lock held across the provider's await, and each call's first ask a new
     question: N calls asked N times, one after another (640 ids at 20 ms a question: 15 s).
     Now a call that asks while a question is in flight takes its answer."""
     server = await serve(keys_service(lambda key: False))
-    entered, gate = asyncio.Event(), asyncio.Event()
-    asks = 0
-
-    async def slow() -> str:
-        nonlocal asks
-        asks += 1
-        entered.set()
-        await gate.wait()
-        return f"{API_KEY}-{asks}"
-
-    async with AsyncSearchClient(slow, base_url=server.base_url) as client:
-        first = asyncio.create_task(client.get_extraction(JOB_ID))
+    provider = HeldProvider()
+    async with AsyncSearchClient(provider, base_url=server.base_url) as client:
         async with asyncio.timeout(BOUND):
-            await entered.wait()
-            others = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:9]]
-            await turns()  # each runs to its ask, which joins the question in flight
-            gate.set()
-            await asyncio.gather(first, *others)
-    assert asks == 1
+            asker, joined = await ask_and_join(client, provider, 9)
+            provider.gate.set()
+            await asyncio.gather(asker, *joined)
+    assert provider.asks == 1
     assert sent_keys(server) == [f"{API_KEY}-1"] * 10
 
 
@@ -360,30 +378,17 @@ async def test_a_call_cancelled_as_it_asks_leaves_the_question_to_the_calls_that
     calls that joined it are not left waiting for an answer that never comes (a hang); one of
     them asks again, and they all take that answer."""
     server = await serve(keys_service(lambda key: False))
-    entered = [asyncio.Event(), asyncio.Event()]
-    gate = asyncio.Event()
-    asks = 0
-
-    async def slow() -> str:
-        nonlocal asks
-        asks += 1
-        entered[asks - 1].set()
-        await gate.wait()
-        return f"{API_KEY}-{asks}"
-
-    async with AsyncSearchClient(slow, base_url=server.base_url) as client:
-        asker = asyncio.create_task(client.get_extraction(JOB_ID))
+    provider = HeldProvider()
+    async with AsyncSearchClient(provider, base_url=server.base_url) as client:
         async with asyncio.timeout(BOUND):
-            await entered[0].wait()
-            joined = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:3]]
-            await turns()  # each runs to its ask, which joins the question in flight
+            asker, joined = await ask_and_join(client, provider, 3)
             asker.cancel()
-            await entered[1].wait()  # one of them asked again, the others joined that question
-            gate.set()
+            await provider.asked[1].wait()  # one of them asked again, the others joined it
+            provider.gate.set()
             await asyncio.gather(*joined)
         with pytest.raises(asyncio.CancelledError):
             await asker
-    assert asks == 2
+    assert provider.asks == 2
     assert sent_keys(server) == [f"{API_KEY}-2"] * 3
 
 
@@ -391,27 +396,14 @@ async def test_calls_that_joined_a_failing_question_get_its_error(serve: Serve) 
     """The provider fails while other calls wait for its answer: each of them raises that error
     (a direct call raises the provider's own error), and the provider is asked once."""
     server = await serve(keys_service(lambda key: False))
-    entered, gate = asyncio.Event(), asyncio.Event()
-    asks = 0
-
-    async def failing() -> str:
-        nonlocal asks
-        asks += 1
-        entered.set()
-        await gate.wait()
-        raise LookupError("the vault is sealed")
-
-    async with AsyncSearchClient(failing, base_url=server.base_url) as client:
-        first = asyncio.create_task(client.get_extraction(JOB_ID))
+    provider = HeldProvider(LookupError("the vault is sealed"))
+    async with AsyncSearchClient(provider, base_url=server.base_url) as client:
         async with asyncio.timeout(BOUND):
-            await entered.wait()
-            joined = [asyncio.create_task(client.get_extraction(job)) for job in IDS[:3]]
-            await turns()  # each runs to its ask, which joins the question in flight
-            gate.set()
-            outcomes = await asyncio.gather(first, *joined, return_exceptions=True)
-    assert [type(outcome) for outcome in outcomes] == [LookupError] * 4
-    assert all(str(outcome) == "the vault is sealed" for outcome in outcomes)
-    assert asks == 1
+            asker, joined = await ask_and_join(client, provider, 3)
+            provider.gate.set()
+            outcomes = await asyncio.gather(asker, *joined, return_exceptions=True)
+    assert all(outcome is provider.error for outcome in outcomes)
+    assert provider.asks == 1
     assert server.seen == []
 
 
