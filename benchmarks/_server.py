@@ -30,12 +30,12 @@ from typing import Any
 
 from benchmarks._bodies import job_template, search_page_body
 
-_HEAD = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+_HEAD = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
 
 
-def _response(status: int, body: bytes) -> bytes:
+def _response(status: int, body: bytes, headers: bytes = b"") -> bytes:
     reason = {200: b"OK", 404: b"Not Found", 400: b"Bad Request"}.get(status, b"Error")
-    return _HEAD % (status, reason, len(body)) + body
+    return _HEAD % (status, reason, len(body), headers) + body
 
 
 class _State:
@@ -43,6 +43,8 @@ class _State:
         self.latency: float = args.latency
         self.extract_latency: float = args.extract_latency
         self.page_size: int = args.page_size
+        # As the service's answers (the emulator's) carry one: the client reads it on each answer.
+        self.request_id: bool = args.request_id
         self.job_prefix, self.job_suffix = job_template()
         self.pages: list[bytes] = []
         total = args.pages * args.page_size
@@ -104,7 +106,8 @@ class _HTTP(asyncio.Protocol):
         path = target.split(b"?", 1)[0]
         if method == b"GET" and path.startswith(b"/v2/extract/"):
             job_id = path[len(b"/v2/extract/") :]
-            data = _response(200, state.job_prefix + job_id + state.job_suffix)
+            rid = b"X-Request-Id: req-%08d\r\n" % state.requests if state.request_id else b""
+            data = _response(200, state.job_prefix + job_id + state.job_suffix, rid)
             self.later(state.extract_latency, data)
         elif method == b"POST" and path == b"/v2/search":
             try:
@@ -135,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--page-size", type=int, default=100)
     parser.add_argument("--embeddings", action="store_true", help="hits carry embeddings")
+    parser.add_argument("--request-id", action="store_true", help="job answers carry X-Request-Id")
     return parser
 
 

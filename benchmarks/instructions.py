@@ -278,6 +278,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"count this git revision (again for more, in one run; {WORKTREE}: the checkout "
         "with its uncommitted changes to tracked files) instead of the checkout in place",
     )
+    parser.add_argument(
+        "--request-id",
+        action="store_true",
+        help="each job answer carries an X-Request-Id, as the service's (the emulator's) do",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     # The child's side, run by the parent under callgrind.
     parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
@@ -317,9 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         trees = [(f"{REPO} ({_described()})", REPO)]
         if args.rev:
             trees = [_unpack(rev, workdir) for rev in args.rev]
+        served = ("--pages", "1", "--page-size", "1", *(["--request-id"] * args.request_id))
         base_urls = [
-            servers.enter_context(ServerProcess("--pages", "1", "--page-size", "1")).base_url
-            for _ in range(args.rounds)
+            servers.enter_context(ServerProcess(*served)).base_url for _ in range(args.rounds)
         ]
         figures = _run(args, [tree for _, tree in trees], base_urls, workdir)
 
