@@ -945,7 +945,14 @@ class Secrets:
         """``text`` with every secret, and every credential header's value, replaced."""
         for secret in self.texts:
             text = text.replace(secret, REDACTED)
-        return _HEADER_IN_TEXT.sub(r"\1" + REDACTED, text)
+        # The names' regex takes ~1.8 µs even on a short text that holds neither (a request id,
+        # read for every answer of a bulk call), a test of the lowered text 0.1 µs: every text it
+        # matches holds "key" or "author" once lowered (its IGNORECASE takes more than lower()
+        # gives back for "i" alone: U+0130 and U+0131).
+        lowered = text.lower()
+        if "key" in lowered or "author" in lowered:
+            text = _HEADER_IN_TEXT.sub(r"\1" + REDACTED, text)
+        return text
 
     def scrubbed(self, value: Any, *, shown: bool = True, depth: int = 0) -> Any:
         """``value`` if it shows no secret, else a scrubbed copy of the same type.
