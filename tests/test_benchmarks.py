@@ -68,3 +68,27 @@ def test_chart_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
     assert output.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(60)
+def test_the_benchmark_server_sends_a_request_id_only_when_asked() -> None:
+    """``benchmarks.instructions --request-id`` counts the client's work on each answer's
+    ``X-Request-Id`` (the service's answers carry one): the server must send it, a new one for
+    each answer, and none without the flag."""
+    import urllib.request
+
+    from benchmarks._common import ServerProcess
+
+    job = "/v2/extract/00000000-0000-4000-8000-000000000001"
+    for flags, expect in ((("--request-id",), True), ((), False)):
+        with ServerProcess(*flags) as server:
+            ids = []
+            for _ in range(2):
+                with urllib.request.urlopen(server.base_url + job, timeout=10) as answer:
+                    assert answer.status == 200
+                    ids.append(answer.headers.get("X-Request-Id"))
+        if expect:
+            assert None not in ids
+            assert ids[0] != ids[1]
+        else:
+            assert ids == [None, None]
